@@ -1,0 +1,139 @@
+"""Plain-data API between the runtime and everything above it.
+
+Role: the only types that cross the seam between `model_runtime` (which owns torch) and the
+layers above it (`lsp_server`, `context`, benchmarks, the CLI).
+
+Invariants:
+- This module never imports torch (the language server imports it at start-up).
+- Every type is a frozen, slotted dataclass of plain Python values: ids, strings, numbers.
+- A request is identified by its `request_id`; every event and result carries it back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Protocol
+
+
+class FinishReason(str, Enum):
+    """Why a generation ended."""
+
+    STOP = "stop"  # a stop token or stop string was produced
+    LENGTH = "length"  # max_tokens reached
+    ABORT = "abort"  # aborted by the caller (cancel, stale document, newer request)
+    ERROR = "error"  # the engine failed on this request; see `GenerationResult.error`
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """How to pick tokens. `temperature == 0` means greedy."""
+
+    max_tokens: int = 64
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 = no top-k truncation
+    seed: int | None = None
+    stop_token_ids: tuple[int, ...] = ()  # added to the tokenizer's eos ids
+    stop_strings: tuple[str, ...] = ()  # generation ends *before* the first occurrence
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 0:
+            raise ValueError(f"max_tokens must be >= 0, got {self.max_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRequest:
+    """One completion to run. `prompt_ids` are token ids from the model's tokenizer."""
+
+    request_id: str
+    prompt_ids: tuple[int, ...]
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    priority: int = 0  # higher runs first when the scheduler must choose
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEvent:
+    """Emitted after every engine step that produced tokens for a request, and once at the end."""
+
+    request_id: str
+    new_token_ids: tuple[int, ...]
+    text: str  # the whole decoded text so far (stop strings already cut off)
+    finished: bool = False
+    finish_reason: FinishReason | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationResult:
+    """The final outcome of a request."""
+
+    request_id: str
+    token_ids: tuple[int, ...]
+    text: str
+    finish_reason: FinishReason
+    prompt_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens whose KV was reused from the prefix cache
+    prefilled_tokens: int = 0  # prompt tokens actually run through the model
+    decode_steps: int = 0  # engine decode steps spent on this request
+    first_token_s: float | None = None  # seconds from submit to the first new token
+    total_s: float = 0.0
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStats:
+    """Counters since the engine started; used by tests, benchmarks and `glm5.status`."""
+
+    requests_submitted: int = 0
+    requests_finished: int = 0
+    requests_aborted: int = 0
+    decode_steps: int = 0  # total model steps that decoded at least one sequence
+    prefill_tokens: int = 0
+    cached_prompt_tokens: int = 0
+    generated_tokens: int = 0
+    spec_drafted: int = 0  # MTP draft tokens proposed
+    spec_accepted: int = 0  # MTP draft tokens accepted by the main model
+
+
+@dataclass(frozen=True, slots=True)
+class WarmupReport:
+    """What a warm-up run did: forwards run, tokens seen, experts hit, seconds."""
+
+    forwards: int
+    tokens: int
+    experts_hit: int
+    experts_total: int
+    seconds: float
+
+
+EventCallback = Callable[[StreamEvent], None]
+DoneCallback = Callable[[GenerationResult], None]
+ProgressCallback = Callable[[float, str], None]  # (fraction in [0, 1], message)
+
+
+class EngineProtocol(Protocol):
+    """What the language server needs from a generation engine (`model_runtime.engine.Engine`).
+
+    Callbacks run on the engine thread: callers that live on an event loop must hop back with
+    `loop.call_soon_threadsafe`. `on_done` is called exactly once per submitted request,
+    including for aborted and failed ones.
+    """
+
+    def submit(
+        self, request: GenerationRequest, on_event: EventCallback | None, on_done: DoneCallback
+    ) -> None: ...
+
+    def abort(self, request_id: str) -> None: ...
+
+    def stats(self) -> EngineStats: ...
+
+    def warmup(self, texts: list[str], progress: ProgressCallback | None = None) -> WarmupReport: ...
+
+    def shutdown(self) -> None: ...
