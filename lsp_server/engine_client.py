@@ -1,0 +1,176 @@
+"""The only seam between the asyncio event loop and the generation engine's thread.
+
+Role: load the model off the event loop, submit `GenerationRequest`s and await their results
+as asyncio futures, deliver streamed text back on the loop, abort on cancellation, and run
+warm-up. Handlers never touch the engine directly.
+
+Invariants:
+- Engine callbacks run on the engine thread; they only hop to the loop with
+  `call_soon_threadsafe`. Nothing else crosses threads.
+- Cancelling the awaiting task aborts the engine request (it stops between decode steps).
+- torch is imported only by the loader, on a worker thread, when the first model is needed:
+  importing this module never imports torch.
+- One model at a time: concurrent `load` calls share a single load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from model_runtime.api import (
+    EngineProtocol,
+    EngineStats,
+    FinishReason,
+    GenerationRequest,
+    GenerationResult,
+    StreamEvent,
+    WarmupReport,
+)
+from model_runtime.tokenizer import GlmTokenizer
+
+from .errors import GenerationFailed, ModelUnavailable
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelHandle:
+    """A loaded model: its engine (with its own thread) and its tokenizer."""
+
+    engine: EngineProtocol
+    tokenizer: GlmTokenizer
+    path: str
+
+
+ModelLoader = Callable[[str, str], ModelHandle]  # (checkpoint dir, device) -> handle
+
+
+def load_runtime(path: str, device: str) -> ModelHandle:
+    """Load a checkpoint into the in-process runtime (imports torch; call off the event loop)."""
+    from model_runtime.engine import Engine
+
+    engine = Engine.from_checkpoint(path, device=device)
+    return ModelHandle(engine=engine, tokenizer=engine.tokenizer, path=path)
+
+
+class ModelState(str, enum.Enum):
+    UNLOADED = "unloaded"
+    LOADING = "loading"
+    READY = "ready"
+    FAILED = "failed"
+
+
+class EngineClient:
+    """Async façade over one engine. Create it on the event loop that will await it."""
+
+    def __init__(self, loader: ModelLoader = load_runtime) -> None:
+        self._loader = loader
+        self._handle: ModelHandle | None = None
+        self._loading: asyncio.Future[ModelHandle] | None = None
+        self.state = ModelState.UNLOADED
+        self.error: str | None = None
+
+    @property
+    def handle(self) -> ModelHandle | None:
+        return self._handle
+
+    async def load(self, path: str, device: str = "cpu") -> ModelHandle:
+        """Load the model at `path` once; later calls return the same handle."""
+        if self._handle is not None:
+            return self._handle
+        if self._loading is None:
+            self._loading = asyncio.ensure_future(self._load(path, device))
+        return await asyncio.shield(self._loading)
+
+    async def _load(self, path: str, device: str) -> ModelHandle:
+        self.state = ModelState.LOADING
+        try:
+            handle = await asyncio.to_thread(self._loader, path, device)
+        except Exception as exc:
+            self.state, self.error = ModelState.FAILED, f"cannot load model from {path}: {exc}"
+            log.exception("model load failed: %s", path)
+            raise ModelUnavailable(self.error) from exc
+        self._handle, self.state = handle, ModelState.READY
+        log.info("model ready: %s", path)
+        return handle
+
+    async def ready(self) -> ModelHandle:
+        """The loaded model; waits for a load in progress. Raises ModelUnavailable otherwise."""
+        if self._handle is not None:
+            return self._handle
+        if self._loading is not None:
+            return await asyncio.shield(self._loading)
+        raise ModelUnavailable(self.error or "no model is loaded (give --model or initializationOptions.model)")
+
+    async def generate(
+        self, request: GenerationRequest, on_text: Callable[[str], None] | None = None
+    ) -> GenerationResult:
+        """Run `request`; `on_text(text_so_far)` is called on the loop after each step.
+
+        Cancelling the caller aborts the request in the engine. An engine error becomes
+        `GenerationFailed`; an abort from elsewhere returns the result with reason ABORT.
+        """
+        handle = await self.ready()
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[GenerationResult] = loop.create_future()
+
+        def deliver(event: StreamEvent) -> None:
+            if on_text is not None and not done.done():
+                on_text(event.text)
+
+        def on_event(event: StreamEvent) -> None:
+            _call_soon(loop, deliver, event)
+
+        def on_done(result: GenerationResult) -> None:
+            _call_soon(loop, _resolve, done, result)
+
+        try:
+            handle.engine.submit(request, on_event if on_text is not None else None, on_done)
+        except Exception as exc:
+            raise GenerationFailed(f"engine rejected request {request.request_id}: {exc}") from exc
+        try:
+            result = await done
+        except asyncio.CancelledError:
+            handle.engine.abort(request.request_id)
+            raise
+        if result.finish_reason is FinishReason.ERROR:
+            raise GenerationFailed(f"generation failed: {result.error or 'unknown engine error'}")
+        return result
+
+    async def warmup(
+        self, texts: list[str], progress: Callable[[float, str], None] | None = None
+    ) -> WarmupReport:
+        """Run the engine's warm-up off the loop; `progress` is called on the loop."""
+        handle = await self.ready()
+        loop = asyncio.get_running_loop()
+
+        def on_progress(fraction: float, message: str) -> None:
+            if progress is not None:
+                _call_soon(loop, progress, fraction, message)
+
+        return await asyncio.to_thread(handle.engine.warmup, texts, on_progress)
+
+    def stats(self) -> EngineStats | None:
+        return self._handle.engine.stats() if self._handle is not None else None
+
+    def shutdown(self) -> None:
+        if self._handle is not None:
+            self._handle.engine.shutdown()
+            self._handle = None
+            self.state = ModelState.UNLOADED
+
+
+def _resolve(future: asyncio.Future[GenerationResult], result: GenerationResult) -> None:
+    if not future.done():
+        future.set_result(result)
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., None], *args: object) -> None:
+    try:
+        loop.call_soon_threadsafe(fn, *args)
+    except RuntimeError:  # the loop closed while the engine was still finishing a request
+        log.debug("event loop closed; dropped engine callback %s", getattr(fn, "__name__", fn))

@@ -1,0 +1,82 @@
+"""Typed errors of the language server, each mapped to one JSON-RPC error code.
+
+Role: handlers raise these; pygls turns any `JsonRpcException` raised by a handler into the
+error response of that request, so the mapping happens once, at the boundary.
+
+Invariants:
+- Every error a user can trigger with bad input is one of these, with a message that names
+  the input (uri, position, command) and what was wrong with it.
+- A failing request never stops the server: these are answers, not crashes.
+"""
+
+from __future__ import annotations
+
+from lsprotocol.types import ErrorCodes, LSPErrorCodes
+from pygls.exceptions import JsonRpcException
+
+
+class Glm5Error(JsonRpcException):
+    """Base class: a request failed for a reason the client should be told about."""
+
+    CODE = LSPErrorCodes.RequestFailed.value
+    MESSAGE = "request failed"
+
+
+class InvalidParams(Glm5Error):
+    """The request's parameters are malformed (missing field, wrong type, unknown command)."""
+
+    CODE = ErrorCodes.InvalidParams.value
+    MESSAGE = "invalid params"
+
+
+class DocumentNotOpen(Glm5Error):
+    """The request names a document the client never opened (or already closed)."""
+
+    CODE = ErrorCodes.InvalidParams.value
+    MESSAGE = "document is not open"
+
+    def __init__(self, uri: str) -> None:
+        super().__init__(f"document is not open: {uri}")
+        self.uri = uri
+
+
+class UnsupportedDocument(Glm5Error):
+    """The document's language (or content) is one the server cannot work on."""
+
+    CODE = LSPErrorCodes.RequestFailed.value
+
+
+class StaleRequest(Glm5Error):
+    """The document changed after the request was made; its answer would be for old text."""
+
+    CODE = LSPErrorCodes.ContentModified.value
+
+    def __init__(self, uri: str, version: int, current: int | None) -> None:
+        super().__init__(f"{uri}: document changed (request for version {version}, now {current})")
+
+
+class Superseded(Glm5Error):
+    """A newer completion request for the same document replaced this one (cancel-previous)."""
+
+    CODE = LSPErrorCodes.ServerCancelled.value
+
+    def __init__(self, uri: str) -> None:
+        super().__init__(f"{uri}: superseded by a newer completion request")
+
+
+class ModelUnavailable(Glm5Error):
+    """No model could be loaded (none configured, or loading failed)."""
+
+    CODE = LSPErrorCodes.RequestFailed.value
+
+
+class GenerationFailed(Glm5Error):
+    """The engine reported an error for this request."""
+
+    CODE = LSPErrorCodes.RequestFailed.value
+
+
+class NoPassingFix(Glm5Error):
+    """Every candidate fix the model produced failed the checker."""
+
+    CODE = LSPErrorCodes.RequestFailed.value

@@ -1,0 +1,111 @@
+"""Server settings: parsed from `initializationOptions` and `workspace/didChangeConfiguration`.
+
+Role: one frozen `ServerSettings` value; every change makes a new one. The keys clients send
+(camelCase, under `glm5` in didChangeConfiguration, at the top level in initializationOptions):
+
+    model                 checkpoint directory (used only at start-up; a change needs a restart)
+    streaming             send `glm5/inlineCompletionProgress` notifications (bool)
+    maxTokens             token cap of a multi-line completion
+    singleLineMaxTokens   token cap of a single-line completion
+    temperature           sampling temperature, 0 = greedy
+    multiline             "auto" (from the syntax tree) | "always" | "never"
+    debounceMs            wait before an automatically triggered completion starts (cancel-previous
+                          drops the ones superseded meanwhile without ever reaching the engine)
+    promptTokens          token budget of the whole prompt
+    cacheSize             entries of the type-through completion cache
+    diagnostics           publish undeclared-symbol diagnostics (bool)
+    diagnosticsDebounceMs wait after the last edit before recomputing diagnostics
+    fixAttempts           tries of "Fix with model" before giving up
+    warmup                run warm-up forwards after start-up (bool)
+    device                torch device of the runtime ("cpu", "cuda", ...)
+
+Invariants: parsing never raises. A key with a bad value keeps its previous value and yields a
+problem message naming the key, the value and what was expected (the server shows it to the
+user); unknown keys are only logged, since editors often send other tools' settings too.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    model: str | None = None
+    streaming: bool = False
+    max_tokens: int = 96
+    single_line_max_tokens: int = 32
+    temperature: float = 0.0
+    multiline: str = "auto"
+    debounce_ms: int = 25
+    prompt_tokens: int = 1536
+    cache_size: int = 256
+    diagnostics: bool = True
+    diagnostics_debounce_ms: int = 300
+    fix_attempts: int = 3
+    warmup: bool = True
+    device: str = "cpu"
+
+
+def _snake(key: str) -> str:
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in key)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "model": (lambda v: v is None or (isinstance(v, str) and v != ""), "a directory path"),
+    "streaming": (lambda v: isinstance(v, bool), "true or false"),
+    "max_tokens": (lambda v: _is_int(v) and 1 <= v <= 4096, "an integer in 1..4096"),
+    "single_line_max_tokens": (lambda v: _is_int(v) and 1 <= v <= 1024, "an integer in 1..1024"),
+    "temperature": (
+        lambda v: isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= 2,
+        "a number in 0..2",
+    ),
+    "multiline": (lambda v: v in ("auto", "always", "never"), '"auto", "always" or "never"'),
+    "debounce_ms": (lambda v: _is_int(v) and 0 <= v <= 5000, "an integer in 0..5000"),
+    "prompt_tokens": (lambda v: _is_int(v) and 64 <= v <= 131072, "an integer in 64..131072"),
+    "cache_size": (lambda v: _is_int(v) and 0 <= v <= 100_000, "an integer in 0..100000"),
+    "diagnostics": (lambda v: isinstance(v, bool), "true or false"),
+    "diagnostics_debounce_ms": (lambda v: _is_int(v) and 0 <= v <= 60_000, "an integer in 0..60000"),
+    "fix_attempts": (lambda v: _is_int(v) and 1 <= v <= 10, "an integer in 1..10"),
+    "warmup": (lambda v: isinstance(v, bool), "true or false"),
+    "device": (lambda v: isinstance(v, str) and v != "", "a torch device name"),
+}
+
+_FIELDS = frozenset(f.name for f in fields(ServerSettings))
+
+
+def parse_settings(raw: Any, base: ServerSettings) -> tuple[ServerSettings, list[str]]:
+    """`base` updated with the recognised, valid keys of `raw`, and one message per problem."""
+    if raw is None:
+        return base, []
+    if not isinstance(raw, Mapping):
+        return base, [f"settings must be an object, got {type(raw).__name__}"]
+    changes: dict[str, Any] = {}
+    problems: list[str] = []
+    for key, value in raw.items():
+        name = _snake(str(key))
+        if name not in _FIELDS:
+            log.warning("unknown setting %r ignored", key)
+            continue
+        check, expected = _CHECKS[name]
+        if not check(value):
+            problems.append(f"setting {key!r}: expected {expected}, got {value!r} (kept {getattr(base, name)!r})")
+            continue
+        changes[name] = float(value) if name == "temperature" else value
+    return replace(base, **changes), problems
+
+
+def section(raw: Any, name: str = "glm5") -> Any:
+    """The `glm5` section of a didChangeConfiguration payload (or the payload itself when flat)."""
+    if isinstance(raw, Mapping) and name in raw:
+        return raw[name]
+    return raw

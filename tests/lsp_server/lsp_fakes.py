@@ -1,0 +1,169 @@
+"""Test doubles: a byte-level GLM tokenizer and a scripted engine implementing `EngineProtocol`.
+
+The fake engine runs on its own thread like the real one: one decode step per loop iteration
+for every running request, abort honoured between steps, `on_done` exactly once per request.
+Tests script what each request "generates" and can hold the engine on a step (`gate`) to make
+cancellation deterministic; `decode_steps` counts what really ran.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from tokenizers.pre_tokenizers import ByteLevel
+
+from model_runtime.api import (
+    EngineStats,
+    FinishReason,
+    GenerationRequest,
+    GenerationResult,
+    StreamEvent,
+    WarmupReport,
+)
+from model_runtime.tokenizer import SPECIAL_NAMES, GlmTokenizer, SpecialTokens
+
+
+def byte_tokenizer() -> GlmTokenizer:
+    """A GLM tokenizer over single bytes (no merges) with every GLM special token."""
+    vocab = {c: i for i, c in enumerate(sorted(ByteLevel.alphabet()))}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(list(SPECIAL_NAMES.values()))
+    ids = {name: tok.token_to_id(text) for name, text in SPECIAL_NAMES.items()}
+    return GlmTokenizer(tok, SpecialTokens(**ids, eos_ids=(ids["endoftext"],)), source="bytes")
+
+
+Script = Callable[[GenerationRequest], str]
+
+
+@dataclass
+class _Running:
+    request: GenerationRequest
+    target: list[int]
+    on_event: Callable[[StreamEvent], None] | None
+    on_done: Callable[[GenerationResult], None]
+    submitted: float
+    produced: list[int] = field(default_factory=list)
+    steps: int = 0
+    first_token_s: float | None = None
+
+
+class FakeEngine:
+    """Scripted engine: request -> text (via `script`), emitted one token per decode step."""
+
+    def __init__(self, tokenizer: GlmTokenizer, script: Script, step_s: float = 0.0) -> None:
+        self.tokenizer = tokenizer
+        self.script = script
+        self.step_s = step_s
+        self.gate = threading.Event()
+        self.gate.set()
+        self.submitted: list[GenerationRequest] = []
+        self.warmup_texts: list[str] = []
+        self._inbox: queue.Queue[tuple[str, object]] = queue.Queue()
+        self._running: dict[str, _Running] = {}
+        self._stats = dict.fromkeys(EngineStats.__dataclass_fields__, 0)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="fake-engine", daemon=True)
+        self._thread.start()
+
+    def submit(self, request, on_event, on_done) -> None:
+        if not request.prompt_ids:
+            raise ValueError("empty prompt")
+        with self._lock:
+            self.submitted.append(request)
+            self._stats["requests_submitted"] += 1
+        self._inbox.put(("submit", (request, on_event, on_done)))
+
+    def abort(self, request_id: str) -> None:
+        self._inbox.put(("abort", request_id))
+
+    def stats(self) -> EngineStats:
+        with self._lock:
+            return EngineStats(**self._stats)
+
+    def warmup(self, texts, progress=None) -> WarmupReport:
+        self.warmup_texts = list(texts)
+        for i, _ in enumerate(texts):
+            if progress is not None:
+                progress((i + 1) / len(texts), f"warm-up {i + 1}/{len(texts)}")
+        tokens = sum(len(self.tokenizer.encode(t)) for t in texts)
+        return WarmupReport(forwards=len(texts), tokens=tokens, experts_hit=4, experts_total=4, seconds=0.0)
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        self._inbox.put(("stop", None))
+        self._thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            block = not self._running
+            try:
+                while True:
+                    kind, payload = self._inbox.get(block=block, timeout=None if block else 0)
+                    block = False
+                    self._handle(kind, payload)
+            except queue.Empty:
+                pass
+            if self._running:
+                self.gate.wait()
+                self._step()
+
+    def _handle(self, kind: str, payload: object) -> None:
+        if kind == "submit":
+            request, on_event, on_done = payload  # type: ignore[misc]
+            target = self.tokenizer.encode(self.script(request))[: request.sampling.max_tokens]
+            with self._lock:
+                self._stats["prefill_tokens"] += len(request.prompt_ids)
+            self._running[request.request_id] = _Running(request, target, on_event, on_done, time.monotonic())
+        elif kind == "abort" and payload in self._running:
+            self._finish(self._running[payload], FinishReason.ABORT)  # type: ignore[index]
+
+    def _step(self) -> None:
+        if self.step_s:
+            time.sleep(self.step_s)
+        with self._lock:
+            self._stats["decode_steps"] += 1
+        for run in list(self._running.values()):
+            run.steps += 1
+            if len(run.produced) >= len(run.target):
+                self._finish(run, FinishReason.STOP)  # the step that produced eos
+                continue
+            run.produced.append(run.target[len(run.produced)])
+            run.first_token_s = run.first_token_s or time.monotonic() - run.submitted
+            with self._lock:
+                self._stats["generated_tokens"] += 1
+            if run.on_event is not None:
+                run.on_event(StreamEvent(run.request.request_id, (run.produced[-1],), self._text(run)))
+            if len(run.produced) >= run.request.sampling.max_tokens:
+                self._finish(run, FinishReason.LENGTH)
+
+    def _text(self, run: _Running) -> str:
+        return self.tokenizer.decode(run.produced)
+
+    def _finish(self, run: _Running, reason: FinishReason) -> None:
+        del self._running[run.request.request_id]
+        with self._lock:
+            self._stats["requests_aborted" if reason is FinishReason.ABORT else "requests_finished"] += 1
+        text = self._text(run)
+        if run.on_event is not None:
+            run.on_event(StreamEvent(run.request.request_id, (), text, finished=True, finish_reason=reason))
+        run.on_done(
+            GenerationResult(
+                request_id=run.request.request_id,
+                token_ids=tuple(run.produced),
+                text=text,
+                finish_reason=reason,
+                prompt_tokens=len(run.request.prompt_ids),
+                prefilled_tokens=len(run.request.prompt_ids),
+                decode_steps=run.steps,
+                first_token_s=run.first_token_s,
+                total_s=time.monotonic() - run.submitted,
+            )
+        )

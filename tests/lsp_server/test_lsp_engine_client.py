@@ -1,0 +1,120 @@
+"""EngineClient: the asyncio <-> engine-thread bridge, driven against the scripted fake engine."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from lsp_server.engine_client import EngineClient, ModelHandle, ModelState
+from lsp_server.errors import GenerationFailed, ModelUnavailable
+from model_runtime.api import FinishReason, GenerationRequest, GenerationResult, SamplingParams
+
+from lsp_fakes import FakeEngine, byte_tokenizer
+
+
+def make_client(script=lambda r: "hello world", step_s=0.0):
+    tok = byte_tokenizer()
+    engine = FakeEngine(tok, script, step_s=step_s)
+    loads = []
+
+    def loader(path, device):
+        loads.append((path, device))
+        return ModelHandle(engine=engine, tokenizer=tok, path=path)
+
+    return EngineClient(loader), engine, loads
+
+
+def request(rid="r1", max_tokens=64):
+    return GenerationRequest(rid, (1, 2, 3), SamplingParams(max_tokens=max_tokens))
+
+
+async def test_generate_streams_on_the_loop_thread_and_returns_the_result():
+    client, engine, _ = make_client()
+    await client.load("ckpt")
+    seen: list[tuple[str, str]] = []
+    result = await client.generate(request(), lambda text: seen.append((threading.current_thread().name, text)))
+    assert result.text == "hello world"
+    assert result.finish_reason is FinishReason.STOP
+    assert seen[-1][1] == "hello world"
+    assert {name for name, _ in seen} == {threading.current_thread().name}
+    assert [t for _, t in seen] == sorted((t for _, t in seen), key=len)
+    engine.shutdown()
+
+
+async def test_cancelling_the_caller_aborts_the_engine_between_steps():
+    client, engine, _ = make_client(script=lambda r: "x" * 500, step_s=0.002)
+    await client.load("ckpt")
+    first = asyncio.Event()
+    task = asyncio.ensure_future(client.generate(request(max_tokens=500), lambda _: first.set()))
+    await first.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    for _ in range(200):
+        if engine.stats().requests_aborted:
+            break
+        await asyncio.sleep(0.01)
+    stats = engine.stats()
+    assert stats.requests_aborted == 1 and stats.requests_finished == 0
+    assert stats.decode_steps < 500
+    engine.shutdown()
+
+
+async def test_concurrent_loads_share_one_load_and_state_follows():
+    client, engine, loads = make_client()
+    assert client.state is ModelState.UNLOADED
+    a, b = await asyncio.gather(client.load("ckpt"), client.load("ckpt"))
+    assert a is b and loads == [("ckpt", "cpu")]
+    assert client.state is ModelState.READY and client.stats() is not None
+    engine.shutdown()
+
+
+async def test_ready_without_a_model_is_a_clear_error():
+    client, engine, _ = make_client()
+    with pytest.raises(ModelUnavailable, match="no model"):
+        await client.ready()
+    engine.shutdown()
+
+
+async def test_a_failing_loader_reports_the_path_and_cause():
+    def loader(path, device):
+        raise FileNotFoundError(f"{path}/config.json: missing")
+
+    client = EngineClient(loader)
+    with pytest.raises(ModelUnavailable, match="cannot load model from /nope.*config.json"):
+        await client.load("/nope")
+    assert client.state is ModelState.FAILED
+    with pytest.raises(ModelUnavailable, match="cannot load model"):
+        await client.ready()
+
+
+async def test_engine_error_and_rejected_submit_become_generation_failed():
+    client, engine, _ = make_client()
+    await client.load("ckpt")
+    with pytest.raises(GenerationFailed, match="empty prompt"):
+        await client.generate(GenerationRequest("r", ()))
+
+    class FailingEngine(FakeEngine):
+        def submit(self, req, on_event, on_done):
+            on_done(GenerationResult(req.request_id, (), "", FinishReason.ERROR, error="out of KV blocks"))
+
+    failing = FailingEngine(engine.tokenizer, lambda r: "")
+    client2 = EngineClient(lambda p, d: ModelHandle(failing, engine.tokenizer, p))
+    await client2.load("ckpt")
+    with pytest.raises(GenerationFailed, match="out of KV blocks"):
+        await client2.generate(request())
+    engine.shutdown()
+    failing.shutdown()
+
+
+async def test_warmup_reports_progress_on_the_loop():
+    client, engine, _ = make_client()
+    await client.load("ckpt")
+    progress: list[float] = []
+    report = await client.warmup(["def f():\n    pass\n", "x = 1\n"], lambda f, m: progress.append(f))
+    await asyncio.sleep(0)
+    assert report.forwards == 2
+    assert progress == [0.5, 1.0]
+    engine.shutdown()
