@@ -1,0 +1,308 @@
+"""The generation engine: Sequence -> Scheduler -> ModelRunner -> Sampler, on its own thread.
+
+Role: implements `model_runtime.api.EngineProtocol`. Callers `submit` requests with callbacks
+and may `abort` them; the engine thread runs steps, checks aborts between steps, streams
+`StreamEvent`s and ends every request with exactly one `GenerationResult`.
+
+Invariants:
+- Only the engine thread touches the model, the cache and the scheduler. Other threads talk to
+  it through `self._commands`; callbacks run on the engine thread.
+- An abort takes effect before the next step: an aborted request never decodes again and its
+  cache blocks are released at once.
+- With `use_mtp`, greedy output is identical to plain greedy decoding: drafts from the MTP
+  layer are only kept when the main model's own argmax agrees.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import torch
+
+from model_runtime.api import (
+    DoneCallback, EngineStats, EventCallback, FinishReason, GenerationRequest, GenerationResult,
+    ProgressCallback, StreamEvent, WarmupReport,
+)
+from model_runtime.cache import BlockManager, KVCache
+from model_runtime.config import EngineConfig
+from model_runtime.model_runner import Feed, ModelRunner, StepOutput
+from model_runtime.sampler import sample
+from model_runtime.scheduler import Scheduler, Step
+from model_runtime.sequence import Sequence, SequenceStatus
+from model_runtime.text import TextState
+
+if TYPE_CHECKING:
+    from model_runtime.runtime import LoadedModel
+
+log = logging.getLogger(__name__)
+
+
+class Engine:
+    def __init__(self, loaded: LoadedModel, config: EngineConfig | None = None) -> None:
+        self.loaded, self.config = loaded, config or EngineConfig()
+        cfg = loaded.config
+        if self.config.use_mtp and not cfg.num_nextn_predict_layers:
+            raise ValueError("use_mtp: this model has no MTP layer (num_nextn_predict_layers = 0)")
+        num_blocks = self.config.max_cache_tokens // self.config.block_size
+        self.cache = KVCache(cfg, num_blocks, self.config.block_size, loaded.dtype, loaded.device)
+        self.blocks = BlockManager(num_blocks, self.config.block_size, self.cache)
+        self.scheduler = Scheduler(self.config, self.blocks)
+        self.runner = ModelRunner(loaded.model, self.cache, self.config, loaded.device)
+        self.eos_ids = frozenset(cfg.eos_token_id) | frozenset(loaded.tokenizer.special.eos_ids if loaded.tokenizer else ())
+        self._commands: queue.Queue[tuple[str, object]] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._counters = dict.fromkeys(EngineStats.__dataclass_fields__, 0)
+        self._texts: dict[str, TextState] = {}
+
+    # ---- thread-safe API ------------------------------------------------------------------
+    def start(self) -> Engine:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="glm5-engine", daemon=True)
+            self._thread.start()
+        return self
+
+    def submit(self, request: GenerationRequest, on_event: EventCallback | None = None, on_done: DoneCallback | None = None) -> None:
+        self._counters["requests_submitted"] += 1
+        self._commands.put(("submit", (request, on_event, on_done)))
+
+    def abort(self, request_id: str) -> None:
+        self._commands.put(("abort", request_id))
+
+    def stats(self) -> EngineStats:
+        return EngineStats(**self._counters)
+
+    def shutdown(self) -> None:
+        self._stopping = True
+        self._commands.put(("wake", None))
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+
+    def call(self, fn: Callable[[], object]) -> object:
+        """Run `fn` on the engine thread (or inline when no thread runs) and return its result."""
+        if self._thread is None or threading.current_thread() is self._thread:
+            return fn()
+        done, box = threading.Event(), {}
+        self._commands.put(("call", (fn, done, box)))
+        done.wait()
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    def warmup(self, texts: list[str], progress: ProgressCallback | None = None) -> WarmupReport:
+        from model_runtime.warmup import run_warmup
+
+        return run_warmup(self, texts, progress)
+
+    # ---- engine thread ----------------------------------------------------------------------
+    def _loop(self) -> None:
+        while not self._stopping:
+            self._drain(block=not self.scheduler.has_work)
+            if self.scheduler.has_work and not self._stopping:
+                self.step()
+
+    def _drain(self, block: bool) -> None:
+        try:
+            command = self._commands.get(timeout=0.5) if block else self._commands.get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            self._handle(*command)
+            try:
+                command = self._commands.get_nowait()
+            except queue.Empty:
+                return
+
+    def _handle(self, kind: str, payload) -> None:
+        if kind == "submit":
+            self.add(*payload)
+        elif kind == "abort":
+            self._abort(payload)
+        elif kind == "call":
+            fn, done, box = payload
+            try:
+                box["value"] = fn()
+            except Exception as exc:  # handed back to the calling thread
+                box["error"] = exc
+            done.set()
+
+    # ---- synchronous core (also used without a thread) --------------------------------------
+    def add(self, request: GenerationRequest, on_event: EventCallback | None = None, on_done: DoneCallback | None = None) -> Sequence:
+        seq = Sequence(request, on_event, on_done, self.eos_ids | frozenset(request.sampling.stop_token_ids))
+        if not request.prompt_ids:
+            self._fail(seq, "empty prompt")
+            return seq
+        limit = self.loaded.config.max_position_embeddings
+        if len(request.prompt_ids) + request.sampling.max_tokens > limit:
+            self._fail(seq, f"prompt ({len(request.prompt_ids)}) + max_tokens exceeds the model's {limit} positions")
+            return seq
+        if not self.blocks.blocks_needed(len(request.prompt_ids) + request.sampling.max_tokens) <= len(self.blocks.blocks):
+            self._fail(seq, "prompt + max_tokens does not fit in the KV cache (raise max_cache_tokens)")
+            return seq
+        if request.sampling.max_tokens == 0:
+            self._finish(seq, FinishReason.LENGTH)
+            return seq
+        self._texts[seq.request_id] = TextState(self.loaded.tokenizer, request.sampling.stop_strings)
+        self.scheduler.add(seq)
+        return seq
+
+    def step(self) -> Step | None:
+        step = self.scheduler.schedule()
+        if step is None:
+            return None
+        feeds = [self._feed(s, n, step.is_prefill) for s, n in zip(step.seqs, step.num_tokens)]
+        try:
+            out = self.runner.run(feeds)
+            accepted = [self._accept(seq, feed, logits) for seq, feed, logits in zip(step.seqs, feeds, out.logits)]
+            if self.config.use_mtp:
+                self._draft(step.seqs, feeds, out, accepted)
+        except Exception as exc:
+            log.exception("engine step failed")
+            for seq in step.seqs:
+                self._fail(seq, f"{type(exc).__name__}: {exc}")
+            return step
+        self._counters["decode_steps"] += not step.is_prefill
+        for seq in step.seqs:
+            seq.last_step_at = time.perf_counter()
+            seq.decode_steps += not step.is_prefill
+            self._after_tokens(seq)
+        return step
+
+    def run_until_idle(self) -> None:
+        while self.scheduler.has_work:
+            self.step()
+
+    # ---- step helpers -------------------------------------------------------------------------
+    def _feed(self, seq: Sequence, n: int, is_prefill: bool) -> Feed:
+        tokens = seq.token_ids[seq.num_computed : seq.num_computed + (n if is_prefill else 1)]
+        if not is_prefill and seq.draft is not None:
+            tokens = tokens + [seq.draft]
+        completes = seq.num_computed + len(tokens) >= len(seq.token_ids)
+        logits_from = 0 if not is_prefill else (len(tokens) - 1 if completes else len(tokens))
+        if is_prefill:
+            seq.prefilled_tokens += len(tokens)
+            self._counters["prefill_tokens"] += len(tokens)
+        return Feed(seq.num_computed, tokens, seq.block_table, logits_from)
+
+    def _accept(self, seq: Sequence, feed: Feed, logits: torch.Tensor) -> list[int]:
+        """Apply a step's outcome to `seq`; returns the newly accepted tokens."""
+        if feed.logits_from == len(feed.tokens):  # a prefill chunk that does not end the prompt
+            seq.num_computed += len(feed.tokens)
+            self._seal(seq)
+            return []
+        picks = sample(logits, [seq.sampling] * len(logits), [seq.generator] * len(logits))
+        if seq.draft is not None and len(feed.tokens) == 2:
+            self._counters["spec_drafted"] += 1
+            if picks[0] == seq.draft:
+                self._counters["spec_accepted"] += 1
+                new = [seq.draft, picks[1]]
+                seq.num_computed += 2
+            else:
+                new = [picks[0]]
+                seq.num_computed += 1
+                self.blocks.truncate(seq.block_table, seq.block_hashes, len(seq.token_ids) + 1)
+        else:
+            new = [picks[-1]]
+            seq.num_computed += len(feed.tokens)
+        seq.draft = None
+        accepted = self._append(seq, new)
+        self._seal(seq)
+        return accepted
+
+    def _append(self, seq: Sequence, new: list[int]) -> list[int]:
+        taken = []
+        for token in new:
+            seq.token_ids.append(token)
+            taken.append(token)
+            self._counters["generated_tokens"] += 1
+            if seq.first_token_at is None:
+                seq.first_token_at = time.perf_counter()
+            if token in seq.stop_ids:
+                seq.finish_reason = FinishReason.STOP
+            elif len(seq.output_ids) >= seq.sampling.max_tokens:
+                seq.finish_reason = FinishReason.LENGTH
+            if seq.finish_reason is not None:
+                break
+        return taken
+
+    def _seal(self, seq: Sequence) -> None:
+        self.blocks.seal_full_blocks(seq.block_table, seq.token_ids[: seq.num_computed], seq.block_hashes)
+
+    def _draft(self, seqs: list[Sequence], feeds: list[Feed], out: StepOutput, accepted: list[list[int]]) -> None:
+        """Run the MTP layer over every position that became final this step; greedy
+        sequences that go on get its argmax as the next draft."""
+        mtp_feeds, hidden, owners = [], [], []
+        for seq, feed, offset, new in zip(seqs, feeds, out.offsets, accepted):
+            n_final = seq.num_computed - feed.start
+            if n_final <= 0:
+                continue
+            nxt = seq.token_ids[feed.start + 1 : feed.start + 1 + n_final]
+            if len(nxt) < n_final:  # the prompt chunk's last position has no next token yet
+                n_final = len(nxt)
+            if n_final == 0:
+                continue
+            mtp_feeds.append(Feed(feed.start, nxt, seq.block_table, n_final - 1))
+            hidden.append(out.hidden[offset : offset + n_final])
+            owners.append(seq)
+        if not mtp_feeds:
+            return
+        for seq, logits in zip(owners, self.runner.run_mtp(mtp_feeds, hidden)):
+            greedy = seq.sampling.temperature == 0
+            if greedy and seq.finish_reason is None and not seq.in_prefill:
+                seq.draft = int(logits.argmax())
+
+    def _after_tokens(self, seq: Sequence) -> None:
+        state = self._texts.get(seq.request_id)
+        if state is not None and seq.output_ids:
+            if state.update(seq.output_ids) and seq.finish_reason is None:
+                seq.finish_reason = FinishReason.STOP
+            seq.text = state.text
+            if seq.on_event is not None and state.streamable != seq.streamed:
+                seq.streamed = state.streamable
+                self._emit(seq, StreamEvent(seq.request_id, tuple(seq.output_ids), seq.streamed))
+        if seq.finish_reason is not None:
+            self._finish(seq, seq.finish_reason)
+
+    def _abort(self, request_id: str) -> None:
+        seq = self.scheduler.find(request_id)
+        if seq is not None:
+            self._finish(seq, FinishReason.ABORT)
+
+    def _fail(self, seq: Sequence, message: str) -> None:
+        seq.error = message
+        self._finish(seq, FinishReason.ERROR)
+
+    def _finish(self, seq: Sequence, reason: FinishReason) -> None:
+        self.scheduler.remove(seq)
+        seq.status = SequenceStatus.ABORTED if reason is FinishReason.ABORT else SequenceStatus.FINISHED
+        seq.finish_reason = reason
+        self._texts.pop(seq.request_id, None)
+        key = "requests_aborted" if reason is FinishReason.ABORT else "requests_finished"
+        self._counters[key] += 1
+        self._counters["cached_prompt_tokens"] += seq.cached_tokens
+        now = time.perf_counter()
+        result = GenerationResult(
+            seq.request_id, tuple(seq.output_ids), seq.text, reason, seq.prompt_len, seq.cached_tokens,
+            seq.prefilled_tokens, seq.decode_steps,
+            None if seq.first_token_at is None else seq.first_token_at - seq.arrival, now - seq.arrival, seq.error,
+        )
+        if seq.on_event is not None:
+            self._emit(seq, StreamEvent(seq.request_id, tuple(seq.output_ids), seq.text, True, reason))
+        if seq.on_done is not None:
+            try:
+                seq.on_done(result)
+            except Exception:
+                log.exception("on_done callback of %s failed", seq.request_id)
+
+    def _emit(self, seq: Sequence, event: StreamEvent) -> None:
+        try:
+            seq.on_event(event)
+        except Exception:
+            log.exception("on_event callback of %s failed", seq.request_id)
+

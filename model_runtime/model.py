@@ -1,0 +1,498 @@
+"""GLM-5 (`glm_moe_dsa`): MLA attention with DeepSeek Sparse Attention, sigmoid MoE, an MTP layer.
+
+Role: the model, written like the paper. `MLA` (low-rank q/kv, decoupled RoPE with rope *last*),
+`Indexer` (the DSA lightning indexer, rope *first*), `Gate` + `MoE` (fp32 sigmoid router with
+bias-corrected selection), `MLP`, `Block`, `MTP` (next-next-token module) and `Transformer`.
+
+Dimension legend: B batch, T tokens (keys), S queries, N flattened tokens of a paged batch,
+D hidden, H heads, dn/dr/dv nope/rope/value head dims, R kv_lora_rank, Hi/Di indexer heads/dim,
+E routed experts, K selected keys.
+
+Two attention forms, pinned equal by tests:
+- *expanded* (prefill): k_nope and v are materialised from the latent with `kv_b_proj`;
+- *absorbed* (decode): `kv_b_proj` is folded into the query and the output, so attention runs
+  over the compressed cache of 512 latent + 64 rope values per token (FlashMLA's MQA mode).
+
+Invariants:
+- RoPE is interleaved (pairs (x[2i], x[2i+1])) in both MLA and the indexer, output kept in the
+  same interleaved layout, so q, k and the cache agree.
+- The indexer selects k = min(index_topk, visible) keys per query; when every query sees at most
+  index_topk keys it is skipped, because DSA is then exactly dense causal attention.
+- The router computes in fp32; selection uses `e_score_correction_bias`, weights do not.
+- Parameter names follow the HF checkpoint below the block level; the loader maps the rest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from model_runtime.config import ModelConfig
+from model_runtime.paged import PagedBatch, indexer_topk, sparse_attention
+from model_runtime.rope import apply_rope, rope_tables
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * y.to(x.dtype)
+
+
+class Indexer(nn.Module):
+    """DSA lightning indexer: I[s,t] = Σ_h w[s,h] · ReLU(q[s,h]·k[t] / √Di), one shared key head."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.n_heads, self.head_dim, self.rope_dim = cfg.index_n_heads, cfg.index_head_dim, cfg.qk_rope_head_dim
+        self.topk = cfg.index_topk
+        self.wq_b = nn.Linear(cfg.q_lora_rank, self.n_heads * self.head_dim, bias=False)
+        self.wk = nn.Linear(cfg.hidden_size, self.head_dim, bias=False)
+        self.k_norm = nn.LayerNorm(self.head_dim, eps=1e-6)
+        self.weights_proj = nn.Linear(cfg.hidden_size, self.n_heads, bias=False)
+        self.softmax_scale = self.head_dim**-0.5
+
+    def _rope_first(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        r = self.rope_dim
+        return torch.cat((apply_rope(x[..., :r], cos, sin), x[..., r:]), dim=-1)
+
+    def keys(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """[..., D] -> [..., Di] indexer keys (cached per token)."""
+        return self._rope_first(self.k_norm(self.wk(x)), cos, sin)
+
+    def queries(
+        self, x: torch.Tensor, q_lat: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """q [..., Hi, Di] and signed head weights w [..., Hi] (fp32, × Hi^-½)."""
+        q = self.wq_b(q_lat).unflatten(-1, (self.n_heads, self.head_dim))
+        q = self._rope_first(q, cos.unsqueeze(-2), sin.unsqueeze(-2))
+        w = self.weights_proj(x.to(self.weights_proj.weight.dtype)).float() * self.n_heads**-0.5
+        return q, w
+
+    def scores(self, q: torch.Tensor, w: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        """q [B,S,Hi,Di], w [B,S,Hi], k [B,T,Di] -> I [B,S,T] fp32 (no mask)."""
+        s = torch.matmul(q.float(), k.float().transpose(-1, -2).unsqueeze(1)) * self.softmax_scale
+        return torch.matmul(w.unsqueeze(-2), F.relu(s)).squeeze(-2)
+
+
+@dataclass
+class AttnAux:
+    """Training by-products of one attention layer."""
+
+    topk: torch.Tensor | None = None  # [B, S, K] selected key indices (sparse phase)
+    indexer_kl: torch.Tensor | None = None  # scalar KL(attention || indexer)
+
+
+class MLA(nn.Module):
+    """Multi-head latent attention with a DSA indexer (or a shared layer reusing one's top-k)."""
+
+    def __init__(self, cfg: ModelConfig, has_indexer: bool) -> None:
+        super().__init__()
+        self.cfg = cfg
+        H, R = cfg.num_attention_heads, cfg.kv_lora_rank
+        self.n_heads, self.dn, self.dr, self.dv, self.R = H, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim, R
+        self.q_a_proj = nn.Linear(cfg.hidden_size, cfg.q_lora_rank, bias=cfg.attention_bias)
+        self.q_a_layernorm = RMSNorm(cfg.q_lora_rank, 1e-6)
+        self.q_b_proj = nn.Linear(cfg.q_lora_rank, H * cfg.qk_head_dim, bias=False)
+        self.kv_a_proj_with_mqa = nn.Linear(cfg.hidden_size, R + self.dr, bias=cfg.attention_bias)
+        self.kv_a_layernorm = RMSNorm(R, 1e-6)
+        self.kv_b_proj = nn.Linear(R, H * (self.dn + self.dv), bias=False)
+        self.o_proj = nn.Linear(H * self.dv, cfg.hidden_size, bias=cfg.attention_bias)
+        self.indexer = Indexer(cfg) if has_indexer else None
+        self.scale = cfg.softmax_scale
+
+    # ---- shared pieces ------------------------------------------------------------------
+    def project(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """x [..., D] -> q_lat, q_nope [...,H,dn], q_pe [...,H,dr], c [...,R], k_pe [...,dr]."""
+        q_lat = self.q_a_layernorm(self.q_a_proj(x))
+        q = self.q_b_proj(q_lat).unflatten(-1, (self.n_heads, self.dn + self.dr))
+        q_nope, q_pe = q.split((self.dn, self.dr), dim=-1)
+        q_pe = apply_rope(q_pe, cos.unsqueeze(-2), sin.unsqueeze(-2))
+        c, k_pe = self.kv_a_proj_with_mqa(x).split((self.R, self.dr), dim=-1)
+        return q_lat, q_nope, q_pe, self.kv_a_layernorm(c), apply_rope(k_pe, cos, sin)
+
+    def expand(self, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Latent [..., R] -> k_nope [..., H, dn], v [..., H, dv]."""
+        kv = self.kv_b_proj(c).unflatten(-1, (self.n_heads, self.dn + self.dv))
+        return kv.split((self.dn, self.dv), dim=-1)
+
+    def absorbed_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """W_UK [H, dn, R] and W_UV [H, dv, R] slices of kv_b_proj."""
+        w = self.kv_b_proj.weight.view(self.n_heads, self.dn + self.dv, self.R)
+        return w[:, : self.dn], w[:, self.dn :]
+
+    # ---- no-cache form: training and `logits()` -----------------------------------------
+    def forward_dense(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        valid: torch.Tensor | None,
+        prev_topk: torch.Tensor | None,
+        sparse: bool,
+        train_indexer: bool,
+    ) -> tuple[torch.Tensor, AttnAux]:
+        """x [B,T,D] -> out [B,T,D]. `valid` [B,T] marks non-padding keys."""
+        B, T, _ = x.shape
+        q_lat, q_nope, q_pe, c, k_pe = self.project(x, cos, sin)
+        k_nope, v = self.expand(c)
+        allowed = torch.ones(T, T, dtype=torch.bool, device=x.device).tril().expand(B, T, T)
+        if valid is not None:  # padding keys are never seen; padding queries see only themselves
+            eye = torch.eye(T, dtype=torch.bool, device=x.device)
+            allowed = (allowed & valid[:, None, :]) | (eye & ~valid[:, :, None])
+        aux = AttnAux()
+        index_scores = None
+        if self.indexer is not None and (sparse or train_indexer):
+            xi, qi_lat = (x.detach(), q_lat.detach()) if train_indexer else (x, q_lat)
+            qi, w = self.indexer.queries(xi, qi_lat, cos, sin)
+            index_scores = self.indexer.scores(qi, w, self.indexer.keys(xi, cos, sin))
+            index_scores = index_scores.masked_fill(~allowed, float("-inf"))
+        if sparse:
+            aux.topk = prev_topk if index_scores is None else _dense_topk(index_scores, self.indexer.topk)
+            if aux.topk is None:
+                raise ValueError("a shared DSA layer needs the top-k of an earlier full layer")
+            selected = torch.zeros_like(allowed).scatter(-1, aux.topk, True)
+            allowed = allowed & selected
+        q = torch.cat((q_nope, q_pe), -1).transpose(1, 2)  # [B,H,T,dn+dr]
+        k = torch.cat((k_nope, k_pe.unsqueeze(2).expand(B, T, self.n_heads, self.dr)), -1).transpose(1, 2)
+        if train_indexer and index_scores is not None:
+            logits = torch.matmul(q, k.transpose(-1, -2)) * self.scale
+            probs = logits.float().masked_fill(~allowed[:, None], float("-inf")).softmax(-1)
+            out = torch.matmul(probs.to(v.dtype), v.transpose(1, 2))
+            aux.indexer_kl = _indexer_kl(probs.detach(), index_scores, allowed)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v.transpose(1, 2), attn_mask=allowed[:, None], scale=self.scale)
+        return self.o_proj(out.transpose(1, 2).flatten(2)), aux
+
+    # ---- paged form: the engine's prefill and decode -------------------------------------
+    def forward_paged(
+        self,
+        x: torch.Tensor,
+        batch: PagedBatch,
+        kv_cache: torch.Tensor,
+        index_cache: torch.Tensor,
+        prev_indices: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x [N,D] -> out [N,D]; writes this step's latents and indexer keys into the cache.
+
+        Returns the physical top-k slots [N, K] this layer attended to (None when dense), so that
+        a following "shared" layer can reuse them.
+        """
+        q_lat, q_nope, q_pe, c, k_pe = self.project(x, batch.cos, batch.sin)
+        kv_flat = kv_cache.view(-1, kv_cache.shape[-1])
+        kv_flat[batch.slot_mapping] = torch.cat((c, k_pe), -1).to(kv_cache.dtype)
+        indices = self._select(x, q_lat, batch, index_cache, prev_indices)
+        if batch.use_absorbed:
+            out = self._attend_absorbed(q_nope, q_pe, kv_cache, batch, indices)
+        else:
+            out = self._attend_expanded(q_nope, q_pe, kv_flat, batch, indices)
+        return self.o_proj(out.flatten(1)), indices
+
+    def _select(self, x, q_lat, batch: PagedBatch, index_cache, prev_indices):
+        if self.indexer is None:
+            if batch.dense:
+                return None
+            if prev_indices is None:
+                raise ValueError("a shared DSA layer needs the top-k of an earlier full layer")
+            return prev_indices
+        keys = self.indexer.keys(x, batch.cos, batch.sin)
+        index_cache.view(-1, index_cache.shape[-1])[batch.slot_mapping] = keys.to(index_cache.dtype)
+        if batch.dense:
+            return None
+        qi, w = self.indexer.queries(x, q_lat, batch.cos, batch.sin)
+        return indexer_topk(qi, w, index_cache, batch, self.indexer.softmax_scale, self.indexer.topk)
+
+    def _attend_absorbed(self, q_nope, q_pe, kv_cache, batch: PagedBatch, indices):
+        w_uk, w_uv = self.absorbed_weights()
+        q_abs = torch.einsum("nhd,hdc->nhc", q_nope, w_uk)
+        q = torch.cat((q_abs, q_pe), -1)
+        idx = batch.causal_slots if indices is None else indices
+        o_lat, _ = sparse_attention(q, kv_cache, idx, self.scale, self.R)
+        return torch.einsum("nhc,hdc->nhd", o_lat.to(w_uv.dtype), w_uv)
+
+    def _attend_expanded(self, q_nope, q_pe, kv_flat, batch: PagedBatch, indices):
+        outs = []
+        for b, (start, end) in enumerate(batch.query_spans()):
+            n_keys = batch.context_len_list[b]
+            lat = kv_flat[batch.key_slots[b, :n_keys]]
+            k_nope, v = self.expand(lat[:, : self.R])
+            k = torch.cat((k_nope, lat[:, None, self.R :].expand(n_keys, self.n_heads, self.dr)), -1)
+            q = torch.cat((q_nope[start:end], q_pe[start:end]), -1)
+            allowed = batch.causal_mask(b)
+            if indices is not None:
+                allowed = allowed & batch.selection_mask(b, indices[start:end])
+            out = F.scaled_dot_product_attention(
+                q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=allowed, scale=self.scale
+            )
+            outs.append(out.transpose(0, 1))
+        return torch.cat(outs, 0)
+
+
+def _dense_topk(index_scores: torch.Tensor, topk: int) -> torch.Tensor:
+    return index_scores.topk(min(topk, index_scores.shape[-1]), dim=-1).indices
+
+
+def _indexer_kl(probs: torch.Tensor, index_scores: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    """KL(head-summed attention ‖ softmax(indexer)) over the allowed keys, mean over queries."""
+    target = probs.sum(1)
+    target = target / target.sum(-1, keepdim=True).clamp_min(1e-12)
+    logq = index_scores.masked_fill(~allowed, float("-inf")).log_softmax(-1)
+    kl = torch.where(allowed, target * (target.clamp_min(1e-12).log() - logq), torch.zeros_like(target))
+    return kl.sum(-1).mean()
+
+
+class MLP(nn.Module):
+    def __init__(self, dim: int, inter: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(dim, inter, bias=False)
+        self.up_proj = nn.Linear(dim, inter, bias=False)
+        self.down_proj = nn.Linear(inter, dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Gate(nn.Module):
+    """Sigmoid router: bias-corrected group-limited top-k selection, unbiased normalised weights."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.topk, self.n_group, self.topk_group = cfg.num_experts_per_tok, cfg.n_group, cfg.topk_group
+        self.norm, self.route_scale = cfg.norm_topk_prob, cfg.routed_scaling_factor
+        self.weight = nn.Parameter(torch.empty(cfg.n_routed_experts, cfg.hidden_size, dtype=torch.float32))
+        self.register_buffer("e_score_correction_bias", torch.zeros(cfg.n_routed_experts, dtype=torch.float32))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x [N,D] -> weights [N,k] fp32, expert indices [N,k]."""
+        scores = F.linear(x.float(), self.weight.float()).sigmoid()
+        choice = scores.detach() + self.e_score_correction_bias
+        if self.n_group > 1:
+            grouped = choice.unflatten(-1, (self.n_group, -1))
+            keep = grouped.topk(2, dim=-1).values.sum(-1).topk(self.topk_group, dim=-1).indices
+            group_mask = torch.zeros_like(grouped[..., 0], dtype=torch.bool).scatter(-1, keep, True)
+            choice = grouped.masked_fill(~group_mask[..., None], float("-inf")).flatten(-2)
+        indices = choice.topk(self.topk, dim=-1, sorted=False).indices
+        weights = scores.gather(-1, indices)
+        if self.norm:
+            weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)
+        return weights * self.route_scale, indices
+
+
+class Experts(nn.ModuleList):
+    """E SwiGLU experts (one `MLP` each, so checkpoint tensors map one-to-one and stay mmap-backed)."""
+
+    def __init__(self, n: int, dim: int, inter: int) -> None:
+        super().__init__(MLP(dim, inter) for _ in range(n))
+
+    def forward(self, x: torch.Tensor, weights: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+        """x [N,D], weights/indices [N,k] -> Σ_j weights[:, j] · Expert_{indices[:, j]}(x)."""
+        y = torch.zeros_like(x)
+        counts = torch.bincount(indices.flatten(), minlength=len(self)).tolist()
+        for e, count in enumerate(counts):
+            if count == 0:
+                continue
+            token, slot = torch.where(indices == e)
+            h = self[e](x[token])
+            y.index_add_(0, token, (h * weights[token, slot, None]).to(y.dtype))
+        return y
+
+
+class MoE(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.gate = Gate(cfg)
+        self.experts = Experts(cfg.n_routed_experts, cfg.hidden_size, cfg.moe_intermediate_size)
+        self.shared_experts = (
+            MLP(cfg.hidden_size, cfg.moe_intermediate_size * cfg.n_shared_experts) if cfg.n_shared_experts else None
+        )
+        self.last_load: torch.Tensor | None = None  # tokens per expert of the last call (training)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        flat = x.reshape(-1, shape[-1])
+        weights, indices = self.gate(flat)
+        if self.training:
+            self.last_load = torch.bincount(indices.flatten(), minlength=self.gate.weight.shape[0])
+        y = self.experts(flat, weights, indices).view(shape)
+        return y if self.shared_experts is None else y + self.shared_experts(x)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig, moe: bool, has_indexer: bool) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = MLA(cfg, has_indexer)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp: MoE | MLP = MoE(cfg) if moe else MLP(cfg.hidden_size, cfg.intermediate_size)
+
+    def forward_dense(self, x, cos, sin, valid, prev_topk, sparse, train_indexer):
+        h, aux = self.self_attn.forward_dense(
+            self.input_layernorm(x), cos, sin, valid, prev_topk, sparse, train_indexer
+        )
+        x = x + h
+        return x + self.mlp(self.post_attention_layernorm(x)), aux
+
+    def forward_paged(self, x, batch, kv_cache, index_cache, prev_indices):
+        h, indices = self.self_attn.forward_paged(self.input_layernorm(x), batch, kv_cache, index_cache, prev_indices)
+        x = x + h
+        return x + self.mlp(self.post_attention_layernorm(x)), indices
+
+
+class SharedHead(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+
+class MTP(Block):
+    """Multi-token prediction layer: from the main model's hidden h_t and token t+1, predict t+2.
+
+    z = Block(eh_proj([RMSNorm(embed(x_{t+1})) ; RMSNorm(h_t)])); logits = head(shared_head.norm(z)).
+    Uses the main model's embedding and head (GLM-5 checkpoints may omit their own copies).
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__(cfg, moe=True, has_indexer=True)
+        self.enorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.hnorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.eh_proj = nn.Linear(2 * cfg.hidden_size, cfg.hidden_size, bias=False)
+        self.shared_head = SharedHead(cfg)
+
+    def fuse(self, h_prev: torch.Tensor, next_embeds: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        next_embeds = next_embeds.masked_fill((positions == 0)[..., None], 0.0)
+        return self.eh_proj(torch.cat((self.enorm(next_embeds), self.hnorm(h_prev)), -1))
+
+
+@dataclass
+class TrainOutput:
+    loss: torch.Tensor
+    lm_loss: torch.Tensor
+    mtp_loss: torch.Tensor | None
+    indexer_kl: torch.Tensor | None
+    expert_load: list[torch.Tensor] = field(default_factory=list)  # per MoE layer, tokens per expert
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(
+            Block(cfg, cfg.is_moe_layer(i), cfg.indexer_types[i] == "full") for i in range(cfg.num_hidden_layers)
+        )
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.mtp = nn.ModuleList(MTP(cfg) for _ in range(cfg.num_nextn_predict_layers))
+
+    # ---- no-cache forward ---------------------------------------------------------------
+    def forward_dense(
+        self,
+        input_ids: torch.Tensor,
+        valid: torch.Tensor | None = None,
+        sparse: bool | None = None,
+        train_indexer: bool = False,
+    ) -> tuple[torch.Tensor, list[AttnAux]]:
+        """input_ids [B,T] -> final-normed hidden [B,T,D]. `sparse=None`: sparse iff T > index_topk."""
+        B, T = input_ids.shape
+        sparse = T > self.cfg.index_topk if sparse is None else sparse
+        positions = _positions(valid, B, T, input_ids.device)
+        cos, sin = rope_tables(positions, self.cfg.qk_rope_head_dim, self.cfg.rope_theta)
+        x = self.embed_tokens(input_ids)
+        auxes, prev = [], None
+        for layer in self.layers:
+            x, aux = layer.forward_dense(x, cos, sin, valid, prev, sparse, train_indexer)
+            prev = aux.topk if aux.topk is not None else prev
+            auxes.append(aux)
+        return self.norm(x), auxes
+
+    def mtp_dense(self, hidden: torch.Tensor, input_ids: torch.Tensor, depth: int = 0, **kw) -> tuple[torch.Tensor, AttnAux]:
+        """MTP over a whole sequence: position t fuses h_t with token t+1 -> hidden [B,T-1,D]."""
+        mtp = self.mtp[depth]
+        B, T = input_ids.shape
+        positions = torch.arange(T - 1, device=input_ids.device).expand(B, T - 1)
+        z = mtp.fuse(hidden[:, :-1], self.embed_tokens(input_ids[:, 1:]), positions)
+        cos, sin = rope_tables(positions, self.cfg.qk_rope_head_dim, self.cfg.rope_theta)
+        sparse = kw.pop("sparse", None)
+        sparse = (T - 1) > self.cfg.index_topk if sparse is None else sparse
+        z, aux = mtp.forward_dense(z, cos, sin, None, None, sparse, kw.pop("train_indexer", False))
+        return mtp.shared_head.norm(z), aux
+
+    def forward_train(
+        self,
+        input_ids: torch.Tensor,
+        targets: torch.Tensor,
+        loss_mask: torch.Tensor,
+        sparse: bool,
+        train_indexer: bool = True,
+        mtp_weight: float = 0.3,
+        indexer_weight: float = 1.0,
+    ) -> TrainOutput:
+        """LM loss (+ MTP loss on targets shifted once more, + indexer KL); targets[t] = ids[t+1]."""
+        hidden, auxes = self.forward_dense(input_ids, sparse=sparse, train_indexer=train_indexer)
+        lm_loss = _masked_ce(self.lm_head(hidden), targets, loss_mask)
+        loss, mtp_loss = lm_loss, None
+        if self.mtp and mtp_weight > 0:
+            z, aux = self.mtp_dense(hidden, input_ids, sparse=sparse, train_indexer=train_indexer)
+            mtp_loss = _masked_ce(self.lm_head(z), targets[:, 1:], loss_mask[:, 1:])
+            loss = loss + mtp_weight * mtp_loss
+            auxes = [*auxes, aux]
+        kls = [a.indexer_kl for a in auxes if a.indexer_kl is not None]
+        indexer_kl = torch.stack(kls).mean() if kls else None
+        if indexer_kl is not None:
+            loss = loss + indexer_weight * indexer_kl
+        loads = [m.mlp.last_load for m in [*self.layers, *self.mtp] if isinstance(m.mlp, MoE) and m.mlp.last_load is not None]
+        return TrainOutput(loss, lm_loss, mtp_loss, indexer_kl, loads)
+
+    # ---- paged forward (engine) ---------------------------------------------------------
+    def forward_paged(self, input_ids: torch.Tensor, batch: PagedBatch, cache) -> torch.Tensor:
+        """input_ids [N] -> final-normed hidden [N,D]; reads and writes `cache` layers 0..L-1."""
+        x = self.embed_tokens(input_ids)
+        prev = None
+        for i, layer in enumerate(self.layers):
+            x, indices = layer.forward_paged(x, batch, cache.kv[i], cache.index[i], prev)
+            prev = indices if indices is not None else prev
+        return self.norm(x)
+
+    def mtp_paged(self, hidden_prev: torch.Tensor, next_ids: torch.Tensor, batch: PagedBatch, cache, depth: int = 0) -> torch.Tensor:
+        """One MTP step over a paged batch: h_t [N,D] + token t+1 [N] -> normed hidden [N,D]."""
+        mtp = self.mtp[depth]
+        z = mtp.fuse(hidden_prev, self.embed_tokens(next_ids), batch.positions)
+        layer = self.cfg.num_hidden_layers + depth
+        z, _ = mtp.forward_paged(z, batch, cache.kv[layer], cache.index[layer], None)
+        return mtp.shared_head.norm(z)
+
+
+def init_weights(model: nn.Module, std: float = 0.02) -> None:
+    """Random init for training and tests: N(0, std) linears/embeddings/router, unit norms, zero biases."""
+    for module in model.modules():
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, 0.0, std)
+            if getattr(module, "bias", None) is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, (RMSNorm, nn.LayerNorm)):
+            nn.init.ones_(module.weight)
+            if getattr(module, "bias", None) is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, Gate):
+            nn.init.normal_(module.weight, 0.0, std)
+            module.e_score_correction_bias.zero_()
+
+
+def _positions(valid: torch.Tensor | None, B: int, T: int, device) -> torch.Tensor:
+    if valid is None:
+        return torch.arange(T, device=device).expand(B, T)
+    return (valid.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def _masked_ce(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none")
+    mask = mask.flatten().to(loss.dtype)
+    return (loss * mask).sum() / mask.sum().clamp_min(1.0)

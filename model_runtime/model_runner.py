@@ -1,0 +1,76 @@
+"""Runs one engine step through the model over the paged cache.
+
+Role: turn scheduled sequences into a flat `PagedBatch`, run the main model (and the MTP layer
+for speculative drafts), and return hidden states and the logits the engine asked for.
+
+Invariants:
+- The runner never changes a sequence: it reads `token_ids`, `num_computed`, `block_table`;
+  the engine applies the outcome.
+- All tensors of a step are built here, once, and shared by every layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from model_runtime.cache import KVCache
+from model_runtime.config import EngineConfig, ModelConfig
+from model_runtime.model import Transformer
+from model_runtime.paged import PagedBatch
+
+
+@dataclass
+class Feed:
+    """Tokens fed for one sequence in a step, starting at absolute position `start`."""
+
+    start: int
+    tokens: list[int]
+    block_table: list[int]
+    logits_from: int  # first fed token (index into `tokens`) whose logits are needed
+
+
+@dataclass
+class StepOutput:
+    hidden: torch.Tensor  # [N, D] final-normed hidden of every fed token
+    logits: list[torch.Tensor]  # per feed: [tokens - logits_from, V] fp32
+    offsets: list[int]  # per feed: row of its first token in `hidden`
+
+
+class ModelRunner:
+    def __init__(self, model: Transformer, cache: KVCache, engine_config: EngineConfig, device) -> None:
+        self.model, self.cache, self.engine_config, self.device = model, cache, engine_config, device
+        self.cfg: ModelConfig = model.cfg
+
+    def _batch(self, feeds: list[Feed]) -> PagedBatch:
+        return PagedBatch.build(
+            [(f.start, f.start + len(f.tokens)) for f in feeds],
+            [f.block_table for f in feeds],
+            self.cache.block_size,
+            self.cfg.index_topk,
+            (self.cfg.qk_rope_head_dim, self.cfg.rope_theta),
+            self.engine_config.attention,
+            self.device,
+        )
+
+    @torch.inference_mode()
+    def run(self, feeds: list[Feed]) -> StepOutput:
+        batch = self._batch(feeds)
+        ids = torch.tensor([t for f in feeds for t in f.tokens], dtype=torch.long, device=self.device)
+        hidden = self.model.forward_paged(ids, batch, self.cache)
+        offsets = batch.query_starts[:-1]
+        rows = [torch.arange(o + f.logits_from, o + len(f.tokens)) for f, o in zip(feeds, offsets)]
+        flat = torch.cat(rows).to(self.device) if rows else torch.empty(0, dtype=torch.long)
+        logits = self.model.lm_head(hidden[flat]).float().split([len(r) for r in rows])
+        return StepOutput(hidden, list(logits), offsets)
+
+    @torch.inference_mode()
+    def run_mtp(self, feeds: list[Feed], hidden: list[torch.Tensor]) -> list[torch.Tensor]:
+        """MTP over `feeds` (tokens = the *next* token of each position) with main hidden states;
+        returns per feed the draft logits of its last position [V]."""
+        batch = self._batch(feeds)
+        ids = torch.tensor([t for f in feeds for t in f.tokens], dtype=torch.long, device=self.device)
+        z = self.model.mtp_paged(torch.cat(hidden), ids, batch, self.cache)
+        last = torch.tensor([e - 1 for e in batch.query_starts[1:]], device=self.device)
+        return list(self.model.lm_head(z[last]).float())

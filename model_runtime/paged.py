@@ -1,0 +1,164 @@
+"""The forward context of one engine step over the paged KV cache, and its two attention ops.
+
+Role: `PagedBatch` describes a flat batch of N new tokens from B sequences (nano-vllm's
+varlen layout): positions, the cache slots to write, each sequence's block table and context
+length, and everything derived from them once per step and shared by all layers (RoPE tables,
+key slots, causal index lists). `sparse_attention` and `indexer_topk` dispatch to `kernels/`
+(Triton on CUDA, the torch reference elsewhere).
+
+Invariants:
+- A physical slot is `block * block_size + offset`; index lists use -1 for "no token".
+- Queries of one sequence are contiguous in the flat batch and in position order.
+- `dense` is true when every query sees at most `index_topk` keys: DSA is then exactly dense
+  causal attention and the indexer need not run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import torch
+
+from model_runtime.rope import rope_tables
+
+
+@dataclass
+class PagedBatch:
+    positions: torch.Tensor  # [N] long, absolute position of each new token
+    slot_mapping: torch.Tensor  # [N] long, cache slot each new token is written to
+    seq_ids: torch.Tensor  # [N] long, row of block_table / context_lens
+    query_starts: list[int]  # B+1 offsets into the flat batch
+    context_len_list: list[int]  # per sequence: cached + new tokens after this step
+    key_slots: torch.Tensor  # [B, T_max] long, slot of every context token (-1 padded)
+    block_table: torch.Tensor  # [B, max_blocks] int32 (-1 = unused)
+    block_size: int
+    cos: torch.Tensor  # [N, dr/2] fp32
+    sin: torch.Tensor
+    dense: bool
+    use_absorbed: bool
+    _inverse: dict[int, torch.Tensor] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def build(
+        cls,
+        spans: list[tuple[int, int]],
+        block_tables: list[list[int]],
+        block_size: int,
+        index_topk: int,
+        rope: tuple[int, float],
+        attention: str = "auto",
+        device: torch.device | str = "cpu",
+    ) -> PagedBatch:
+        """spans[b] = (first new position, context length after the step) of sequence b."""
+        positions = torch.cat([torch.arange(s, e, device=device) for s, e in spans])
+        width = max(len(t) for t in block_tables)
+        table = torch.full((len(spans), width), -1, dtype=torch.int32, device=device)
+        for b, t in enumerate(block_tables):
+            table[b, : len(t)] = torch.tensor(t, dtype=torch.int32, device=device)
+        lens = [e for _, e in spans]
+        t_max = max(lens)
+        offsets = torch.arange(t_max, device=device)
+        key_slots = table[:, offsets // block_size].long() * block_size + offsets % block_size
+        key_slots = key_slots.masked_fill(offsets[None, :] >= torch.tensor(lens, device=device)[:, None], -1)
+        seq_ids = torch.cat([torch.full((e - s,), b, device=device) for b, (s, e) in enumerate(spans)])
+        slot_mapping = key_slots[seq_ids, positions]
+        starts = [0]
+        for s, e in spans:
+            starts.append(starts[-1] + e - s)
+        dense = t_max <= index_topk
+        max_new = max(e - s for s, e in spans)
+        absorbed = {"absorbed": True, "expanded": False}.get(attention, not dense or max_new <= 16)
+        cos, sin = rope_tables(positions, *rope)
+        return cls(positions, slot_mapping, seq_ids, starts, lens, key_slots, table, block_size, cos, sin, dense, absorbed)
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.context_len_list)
+
+    def query_spans(self) -> list[tuple[int, int]]:
+        return list(zip(self.query_starts[:-1], self.query_starts[1:]))
+
+    @cached_property
+    def causal_slots(self) -> torch.Tensor:
+        """[N, K] slots of every key each query may see (keys 0..pos), -1 padded."""
+        width = int(self.positions.max()) + 1
+        offsets = torch.arange(width, device=self.positions.device)
+        slots = self.key_slots[self.seq_ids][:, :width]
+        return slots.masked_fill(offsets[None, :] > self.positions[:, None], -1)
+
+    def causal_mask(self, b: int) -> torch.Tensor:
+        """[n_b, T_b] bool: query i of sequence b may see key t."""
+        start, end = self.query_starts[b], self.query_starts[b + 1]
+        keys = torch.arange(self.context_len_list[b], device=self.positions.device)
+        return keys[None, :] <= self.positions[start:end, None]
+
+    def selection_mask(self, b: int, slots: torch.Tensor) -> torch.Tensor:
+        """[n_b, T_b] bool from physical top-k slots [n_b, K] of sequence b (-1 ignored)."""
+        n_keys = self.context_len_list[b]
+        pos = self._slot_positions(b)[slots.clamp(min=0)]
+        pos = torch.where(slots < 0, n_keys, pos)
+        mask = torch.zeros(slots.shape[0], n_keys + 1, dtype=torch.bool, device=slots.device)
+        return mask.scatter(-1, pos, True)[:, :n_keys]
+
+    def _slot_positions(self, b: int) -> torch.Tensor:
+        """Inverse of key_slots[b]: a lookup table slot -> position (garbage for other slots)."""
+        if b not in self._inverse:
+            slots = self.key_slots[b, : self.context_len_list[b]]
+            table = torch.zeros(int(slots.max()) + 1, dtype=torch.long, device=slots.device)
+            table[slots] = torch.arange(slots.numel(), device=slots.device)
+            self._inverse[b] = table
+        return self._inverse[b]
+
+
+def sparse_attention(
+    q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor, scale: float, d_v: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """q [N,H,C] over cached keys kv_cache [NB,BS,C] at slots indices [N,K] -> ([N,H,d_v] fp32, lse [N,H]).
+
+    out = Σ_j softmax_j(scale · q·kv[idx_j]) · kv[idx_j, :d_v]; a query with no valid index gets 0.
+    """
+    kv_flat = kv_cache.view(-1, kv_cache.shape[-1])
+    n, h, c = q.shape
+    chunk = max(1, _CHUNK_BYTES // max(1, indices.shape[1] * c * 4))
+    outs, lses = [], []
+    for i in range(0, n, chunk):
+        idx = indices[i : i + chunk].long()
+        keys = kv_flat[idx.clamp(min=0)].float()  # [n, K, C]
+        s = torch.einsum("nhc,nkc->nhk", q[i : i + chunk].float(), keys) * scale
+        s = s.masked_fill((idx < 0)[:, None, :], float("-inf"))
+        lse = torch.logsumexp(s, -1)
+        p = torch.exp(s - lse[..., None]).nan_to_num(0.0)
+        outs.append(torch.einsum("nhk,nkc->nhc", p, keys[..., :d_v]))
+        lses.append(lse.masked_fill(torch.isneginf(lse), float("inf")))
+    return torch.cat(outs), torch.cat(lses)
+
+
+def indexer_topk(
+    q: torch.Tensor, w: torch.Tensor, index_cache: torch.Tensor, batch: PagedBatch, scale: float, topk: int
+) -> torch.Tensor:
+    """Physical slots [N, K] of the top-k keys of each query by indexer score (-1 padded).
+
+    I[s,t] = Σ_h w[s,h] · ReLU(scale · q[s,h]·k[t]) over causal keys t <= pos[s]; K = min(topk, T_max).
+    """
+    flat = index_cache.view(-1, index_cache.shape[-1])
+    k_max = min(topk, max(batch.context_len_list))
+    out = torch.full((q.shape[0], k_max), -1, dtype=torch.long, device=q.device)
+    for b, (start, end) in enumerate(batch.query_spans()):
+        n_keys = batch.context_len_list[b]
+        slots = batch.key_slots[b, :n_keys]
+        keys = flat[slots].float()
+        k = min(topk, n_keys)
+        chunk = max(1, _CHUNK_BYTES // max(1, n_keys * q.shape[1] * 4))
+        for i in range(start, end, chunk):
+            j = min(end, i + chunk)
+            s = torch.matmul(q[i:j].float().unsqueeze(0), keys.t()[None, None]) * scale  # [1,n,Hi,T]
+            scores = torch.matmul(w[i:j].unsqueeze(0).unsqueeze(-2), torch.relu(s)).squeeze(-2)[0]
+            causal = torch.arange(n_keys, device=q.device)[None, :] <= batch.positions[i:j, None]
+            scores = scores.masked_fill(~causal, float("-inf"))
+            top = scores.topk(k, dim=-1)
+            out[i:j, :k] = torch.where(torch.isneginf(top.values), -1, slots[top.indices])
+    return out
+
+
+_CHUNK_BYTES = 256 << 20
