@@ -1,0 +1,156 @@
+"""Language registry: LSP languageId or file extension → tree-sitter grammar, queries and data.
+
+Role: the single table of supported languages (Python, JavaScript, TypeScript, TSX, Go, Rust).
+Each `Language` names its grammar, comment prefix and data files under `context/queries/`:
+`<query_name>-tags.scm` (definitions, references, imports), `<query_name>-locals.scm` (identifiers
+that are certainly value references, for `symbols.py`) and `<query_name>-globals.txt` (builtins).
+A dialect sharing another's queries (TSX shares TypeScript's) may add `<name>-<kind>.scm`.
+
+Invariants:
+- Grammars load lazily on first use and are cached, as are compiled queries and globals lists.
+  Importing this module imports no grammar.
+- Parsers are not thread-safe, so `Language.parser()` hands out one cached parser per thread.
+- A shipped query that fails to compile is a bug in this package and raises `QueryError`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import tree_sitter as ts
+
+QUERY_DIR = Path(__file__).with_name("queries")
+
+
+@dataclass(frozen=True, slots=True)
+class Language:
+    """One supported language. `name` is also the `languageId` used in prompts and snippets."""
+
+    name: str
+    lsp_ids: tuple[str, ...]
+    extensions: tuple[str, ...]
+    comment_prefix: str
+    grammar_module: str
+    grammar_function: str
+    query_name: str
+
+    @property
+    def ts_language(self) -> ts.Language:
+        return _ts_language(self.grammar_module, self.grammar_function)
+
+    def parser(self) -> ts.Parser:
+        """This thread's parser for the language."""
+        parsers = _thread_parsers.__dict__.setdefault("by_name", {})
+        parser = parsers.get(self.name)
+        if parser is None:
+            parser = parsers[self.name] = ts.Parser(self.ts_language)
+        return parser
+
+    def parse(self, data: bytes, old_tree: ts.Tree | None = None) -> ts.Tree:
+        if old_tree is None:
+            return self.parser().parse(data)
+        return self.parser().parse(data, old_tree)
+
+    @property
+    def tags_query(self) -> ts.Query:
+        return _query(self, "tags")
+
+    @property
+    def locals_query(self) -> ts.Query:
+        return _query(self, "locals")
+
+    @property
+    def globals(self) -> frozenset[str]:
+        """Names every file may use without declaring them (builtins, prelude, host globals)."""
+        return _globals(self.query_name)
+
+
+_thread_parsers = threading.local()
+
+LANGUAGES: tuple[Language, ...] = (
+    Language("python", ("python",), (".py", ".pyi"), "#", "tree_sitter_python", "language", "python"),
+    Language(
+        "javascript",
+        ("javascript", "javascriptreact", "jsx"),
+        (".js", ".jsx", ".mjs", ".cjs"),
+        "//",
+        "tree_sitter_javascript",
+        "language",
+        "javascript",
+    ),
+    Language(
+        "typescript",
+        ("typescript",),
+        (".ts", ".mts", ".cts"),
+        "//",
+        "tree_sitter_typescript",
+        "language_typescript",
+        "typescript",
+    ),
+    Language(
+        "tsx",
+        ("typescriptreact", "tsx"),
+        (".tsx",),
+        "//",
+        "tree_sitter_typescript",
+        "language_tsx",
+        "typescript",
+    ),
+    Language("go", ("go",), (".go",), "//", "tree_sitter_go", "language", "go"),
+    Language("rust", ("rust",), (".rs",), "//", "tree_sitter_rust", "language", "rust"),
+)
+
+_BY_ID = {lsp_id: lang for lang in LANGUAGES for lsp_id in (*lang.lsp_ids, lang.name)}
+_BY_EXTENSION = {ext: lang for lang in LANGUAGES for ext in lang.extensions}
+SOURCE_EXTENSIONS: frozenset[str] = frozenset(_BY_EXTENSION)
+
+
+def language_for(language_id: str | None, path: str | os.PathLike[str] | None) -> Language | None:
+    """The language of a document: its LSP `languageId` first, else its file extension."""
+    if language_id and language_id.lower() in _BY_ID:
+        return _BY_ID[language_id.lower()]
+    if path:
+        return _BY_EXTENSION.get(os.path.splitext(os.fspath(path))[1].lower())
+    return None
+
+
+def language_named(name: str) -> Language:
+    """The language called `name` (see `LANGUAGES`); a KeyError names the supported ones."""
+    try:
+        return _BY_ID[name]
+    except KeyError:
+        supported = ", ".join(lang.name for lang in LANGUAGES)
+        raise KeyError(f"unsupported language {name!r} (supported: {supported})") from None
+
+
+@cache
+def _ts_language(module: str, function: str) -> ts.Language:
+    return ts.Language(getattr(importlib.import_module(module), function)())
+
+
+@cache
+def _query_cached(files: tuple[str, ...], module: str, function: str) -> ts.Query:
+    source = "\n".join((QUERY_DIR / file).read_text(encoding="utf-8") for file in files)
+    return ts.Query(_ts_language(module, function), source)
+
+
+def _query(language: Language, kind: str) -> ts.Query:
+    """The shared `<query_name>-<kind>.scm`, plus `<name>-<kind>.scm` when a dialect adds patterns."""
+    files = [f"{language.query_name}-{kind}.scm"]
+    if language.name != language.query_name and (QUERY_DIR / f"{language.name}-{kind}.scm").is_file():
+        files.append(f"{language.name}-{kind}.scm")
+    return _query_cached(tuple(files), language.grammar_module, language.grammar_function)
+
+
+@cache
+def _globals(name: str) -> frozenset[str]:
+    file = QUERY_DIR / f"{name}-globals.txt"
+    if not file.is_file():
+        return frozenset()
+    words = (line.split("#", 1)[0].strip() for line in file.read_text(encoding="utf-8").splitlines())
+    return frozenset(word for word in words if word)

@@ -1,0 +1,75 @@
+"""UTF-16 positions, clamping and surrogate pairs (context.positions)."""
+
+from __future__ import annotations
+
+import pytest
+
+from context.positions import Position, TextIndex, offset_at, position_at, utf16_length
+
+TEXT = "a😀b\r\n中文x\rlast\n"
+
+
+@pytest.mark.parametrize(
+    ("position", "offset"),
+    [
+        (Position(0, 0), 0),
+        (Position(0, 1), 1),
+        (Position(0, 2), 1),  # inside the surrogate pair of 😀: clamps to the pair start
+        (Position(0, 3), 2),
+        (Position(0, 4), 3),
+        (Position(0, 99), 3),  # past the line end: clamps before "\r\n"
+        (Position(1, 0), 5),
+        (Position(1, 2), 7),
+        (Position(1, 3), 8),
+        (Position(2, 2), 11),  # lone "\r" ends line 1
+        (Position(3, 0), 14),
+        (Position(3, 5), 14),
+        (Position(9, 0), 14),  # past the last line: end of text
+        (Position(-1, 4), 0),
+        (Position(1, -3), 5),
+    ],
+)
+def test_offset_at_clamps(position: Position, offset: int) -> None:
+    assert offset_at(TEXT, position) == offset
+
+
+@pytest.mark.parametrize(
+    ("offset", "position"),
+    [
+        (0, Position(0, 0)),
+        (2, Position(0, 3)),
+        (3, Position(0, 4)),
+        (4, Position(0, 4)),  # between "\r" and "\n": the line end
+        (5, Position(1, 0)),
+        (8, Position(1, 3)),
+        (14, Position(3, 0)),
+        (99, Position(3, 0)),
+        (-5, Position(0, 0)),
+    ],
+)
+def test_position_at(offset: int, position: Position) -> None:
+    assert position_at(TEXT, offset) == position
+
+
+def test_round_trip_every_offset() -> None:
+    index = TextIndex(TEXT)
+    for offset in range(len(TEXT) + 1):
+        if TEXT[offset - 1 : offset + 1] == "\r\n":
+            continue
+        assert index.offset_at(index.position_at(offset)) == offset
+
+
+def test_bytes_and_points_agree_with_utf8() -> None:
+    index = TextIndex(TEXT)
+    data = TEXT.encode()
+    for offset in range(len(TEXT) + 1):
+        byte = len(TEXT[:offset].encode())
+        assert index.byte_at(offset) == byte
+        assert index.offset_of_byte(byte) == offset
+        row = data[:byte].count(b"\n")
+        assert index.point_at(offset) == (row, byte - (data.rfind(b"\n", 0, byte) + 1))
+
+
+def test_utf16_length_counts_pairs() -> None:
+    assert utf16_length("a😀中") == 4
+    assert utf16_length("") == 0
