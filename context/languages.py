@@ -61,7 +61,10 @@ class Language:
         return _query(self, "tags")
 
     @property
-    def locals_query(self) -> ts.Query:
+    def locals_query(self) -> ts.Query | None:
+        """Value-reference patterns for `symbols.py`; None where another checker is used (Python)."""
+        if not (QUERY_DIR / f"{self.query_name}-locals.scm").is_file():
+            return None
         return _query(self, "locals")
 
     @property
