@@ -1,0 +1,326 @@
+"""The workspace index: definitions, references and imports of every source file under the roots.
+
+Role: answers "where is `name` defined / used", "what does this file import, who imports it" and
+"which definitions matter most" for cross-file context, go-to-definition-like lookups and model
+warm-up. Fed by `build()` (a full walk), by the server (`update_file(path, text)` for open
+buffers) and by `watcher.IndexWatcher` (changes made outside the editor).
+
+Invariants:
+- Skips what `context.ignore` says: git-ignored, vendored and hidden directories, generated or
+  minified files, files over `max_file_bytes`, binary files and invalid UTF-8 (logged, never
+  raised). Symbolic links are not followed.
+- Thread-safe: one lock guards the tables; parsing happens outside it, so readers wait only for
+  table updates. Readers get copies.
+- Paths are absolute and normalised; roots are resolved (`realpath`) once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from context.ignore import IgnoreRules, read_source
+from context.languages import SOURCE_EXTENSIONS, language_for
+from context.positions import Position, TextIndex
+from context.resolve import ImportResolver
+from context.tags import Definition, FileTags, Import, Reference, tags_of_text
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[int, int, str], None]  # (files done, files total, current path)
+_WORD = re.compile(r"[A-Za-z_$][\w$]*")
+
+
+@dataclass(frozen=True, slots=True)
+class IndexedFile:
+    path: str
+    language: str
+    tags: FileTags
+
+
+class WorkspaceIndex:
+    """Tags of every indexable file under `roots` (several roots allowed, nested or not)."""
+
+    def __init__(self, roots: Iterable[str | os.PathLike[str]], max_file_bytes: int = 1_000_000) -> None:
+        self.roots = tuple(dict.fromkeys(os.path.realpath(os.fspath(root)) for root in roots))
+        self.max_file_bytes = max_file_bytes
+        self.resolver = ImportResolver(self.roots)
+        self._rules = {root: IgnoreRules(root) for root in self.roots}
+        self._lock = threading.RLock()
+        self._files: dict[str, IndexedFile] = {}
+        self._definitions: dict[str, list[Definition]] = {}
+        self._references: dict[str, list[Reference]] = {}
+        self._importers: dict[str, set[str]] = {}
+        self._skipped: dict[str, str] = {}
+
+    # --- building and updating
+
+    def build(self, progress: Progress | None = None) -> int:
+        """Index every file under the roots; forget files no longer there. Returns the file count."""
+        candidates = sorted(set(self._walk(self.roots)))
+        report = _SafeProgress(progress)
+        for done, path in enumerate(candidates, start=1):
+            self._index_path(path, None)
+            report(done, len(candidates), path)
+        keep = set(candidates)
+        with self._lock:
+            gone = [path for path in self._files if path not in keep]
+        for path in gone:
+            self.remove_file(path)
+        return len(self.files())
+
+    def update_file(self, path: str | os.PathLike[str], text: str | None = None) -> bool:
+        """(Re)index one file, from `text` (an editor buffer) or from disk. True when indexed."""
+        path = self._normalise(path)
+        if self.is_ignored(path) or language_for(None, path) is None:
+            self.remove_file(path)
+            return False
+        return self._index_path(path, text)
+
+    def remove_file(self, path: str | os.PathLike[str]) -> None:
+        path = self._normalise(path)
+        with self._lock:
+            self._skipped.pop(path, None)
+            self._uninstall(path)
+
+    def remove_tree(self, directory: str | os.PathLike[str]) -> list[str]:
+        """Forget every file under `directory` (deleted or moved away). Returns the paths forgotten."""
+        prefix = self._normalise(directory) + os.sep
+        with self._lock:
+            paths = [path for path in self._files if path.startswith(prefix)]
+            for path in paths:
+                self._uninstall(path)
+        return paths
+
+    def rescan(self, directory: str | os.PathLike[str]) -> list[str]:
+        """Re-walk `directory` (new, moved in, or its ignore rules changed). Returns changed paths."""
+        directory = self._normalise(directory)
+        found = set(self._walk([directory])) if not self.is_ignored(directory, is_dir=True) else set()
+        prefix = directory + os.sep
+        with self._lock:
+            stale = [path for path in self._files if path.startswith(prefix) and path not in found]
+        for path in stale:
+            self.remove_file(path)
+        for path in sorted(found):
+            self._index_path(path, None)
+        return sorted(found | set(stale))
+
+    def is_ignored(self, path: str | os.PathLike[str], is_dir: bool = False) -> bool:
+        """Whether `path` is outside every root or skipped by the ignore rules of its root."""
+        path = self._normalise(path)
+        root = self.root_of(path)
+        return root is None or self._rules[root].is_ignored(path, is_dir)
+
+    def root_of(self, path: str | os.PathLike[str]) -> str | None:
+        """The innermost root containing `path`."""
+        path = self._normalise(path)
+        inside = [r for r in self.roots if path == r or path.startswith(r.rstrip(os.sep) + os.sep)]
+        return max(inside, key=len, default=None)
+
+    # --- queries
+
+    def files(self) -> list[str]:
+        with self._lock:
+            return sorted(self._files)
+
+    def file_tags(self, path: str | os.PathLike[str]) -> FileTags | None:
+        with self._lock:
+            entry = self._files.get(self._normalise(path))
+        return entry.tags if entry else None
+
+    def skipped(self) -> dict[str, str]:
+        """Files seen but not indexed, with the reason (size, binary, encoding, generated)."""
+        with self._lock:
+            return dict(self._skipped)
+
+    def definitions(self, name: str) -> list[Definition]:
+        with self._lock:
+            return list(self._definitions.get(name, ()))
+
+    def references(self, name: str) -> list[Reference]:
+        with self._lock:
+            return list(self._references.get(name, ()))
+
+    def imports_of(self, path: str | os.PathLike[str]) -> list[Import]:
+        tags = self.file_tags(path)
+        return list(tags.imports) if tags else []
+
+    def importers_of(self, path: str | os.PathLike[str]) -> list[str]:
+        """Files whose imports resolve to `path` (or, for Go, to its package directory)."""
+        path = self._normalise(path)
+        with self._lock:
+            found = self._importers.get(path, set()) | self._importers.get(os.path.dirname(path), set())
+        return sorted(found - {path})
+
+    def definition_at(self, path: str | os.PathLike[str], position: Position, text: str | None = None) -> list[Definition]:
+        """Definitions of the name at `position` in `path`, best first: the definition itself, this
+        file, files this file imports, the same directory, then everything else."""
+        path = self._normalise(path)
+        name = self.name_at(path, position, text)
+        if name is None:
+            return []
+        imported = {i.resolved_path for i in self.imports_of(path) if i.resolved_path}
+        directory = os.path.dirname(path)
+
+        def rank(definition: Definition) -> tuple[int, str]:
+            if definition.path == path and definition.range.contains(position):
+                return 0, ""
+            if definition.path == path:
+                return 1, ""
+            if definition.path in imported or os.path.dirname(definition.path) in imported:
+                return 2, definition.path
+            return (3 if os.path.dirname(definition.path) == directory else 4), definition.path
+
+        return sorted(self.definitions(name), key=rank)
+
+    def references_at(self, path: str | os.PathLike[str], position: Position, text: str | None = None) -> list[Reference]:
+        name = self.name_at(self._normalise(path), position, text)
+        return self.references(name) if name else []
+
+    def name_at(self, path: str, position: Position, text: str | None = None) -> str | None:
+        """The identifier at `position`: from the file's tags, else from its text (given or on disk)."""
+        tags = self.file_tags(path)
+        if tags is not None:
+            for item in (*tags.definitions, *tags.references):
+                if item.range.contains(position):
+                    return item.name
+        if text is None:
+            source = read_source(path, self.max_file_bytes)
+            text = source.text
+        if text is None:
+            return None
+        line = TextIndex(text).line(position.line)
+        column = TextIndex(line).offset_at(Position(0, position.character))
+        for match in _WORD.finditer(line):
+            if match.start() <= column <= match.end():
+                return match.group()
+        return None
+
+    def most_imported(self, n: int) -> list[Definition]:
+        """The `n` definitions used by the most other files (for warm-up), ambiguity discounted."""
+        with self._lock:
+            scored: list[tuple[float, str, Definition]] = []
+            for name, definitions in self._definitions.items():
+                users = {r.path for r in self._references.get(name, ())}
+                for definition in definitions:
+                    others = len(users - {definition.path})
+                    if others:
+                        scored.append((others / len(definitions), definition.path, definition))
+        scored.sort(key=lambda item: (-item[0], item[1], item[2].range.start))
+        return [definition for _, _, definition in scored[:n]]
+
+    # --- internals
+
+    def _normalise(self, path: str | os.PathLike[str]) -> str:
+        path = os.path.abspath(os.fspath(path))
+        if any(path == r or path.startswith(r + os.sep) for r in self.roots):
+            return path
+        real = os.path.realpath(path)
+        return real if any(real == r or real.startswith(r + os.sep) for r in self.roots) else path
+
+    def _walk(self, tops: Iterable[str]) -> Iterator[str]:
+        for top in tops:
+            root = self.root_of(top)
+            if root is None:
+                continue
+            rules = self._rules[root]
+            stack = [top]
+            while stack:
+                yield from self._scan_dir(stack.pop(), rules, stack)
+
+    def _scan_dir(self, directory: str, rules: IgnoreRules, stack: list[str]) -> Iterator[str]:
+        try:
+            entries = list(os.scandir(directory))
+        except OSError as exc:
+            log.info("index: cannot list %s: %s", directory, exc.strerror or exc)
+            return
+        for entry in entries:
+            try:
+                if entry.is_symlink():
+                    continue
+                is_dir = entry.is_dir()
+            except OSError:
+                continue
+            if rules.ignored_in(directory, entry.name, is_dir):
+                continue
+            if is_dir:
+                stack.append(entry.path)
+            elif os.path.splitext(entry.name)[1].lower() in SOURCE_EXTENSIONS:
+                yield entry.path
+
+    def _index_path(self, path: str, text: str | None) -> bool:
+        language = language_for(None, path)
+        if language is None:
+            return False
+        if text is None:
+            source = read_source(path, self.max_file_bytes)
+            if source.text is None:
+                self._skip(path, source.skipped or "unreadable")
+                return False
+            text = source.text
+        tags = tags_of_text(language, text, path, self.resolver)
+        with self._lock:
+            self._uninstall(path)
+            self._skipped.pop(path, None)
+            self._install(IndexedFile(path, language.name, tags))
+        return True
+
+    def _skip(self, path: str, reason: str) -> None:
+        level = logging.INFO if reason.startswith(("binary", "not valid")) else logging.DEBUG
+        log.log(level, "index: skipping %s: %s", path, reason)
+        with self._lock:
+            self._uninstall(path)
+            self._skipped[path] = reason
+
+    def _install(self, entry: IndexedFile) -> None:
+        self._files[entry.path] = entry
+        for definition in entry.tags.definitions:
+            self._definitions.setdefault(definition.name, []).append(definition)
+        for reference in entry.tags.references:
+            self._references.setdefault(reference.name, []).append(reference)
+        for target in {i.resolved_path for i in entry.tags.imports if i.resolved_path}:
+            self._importers.setdefault(target, set()).add(entry.path)
+
+    def _uninstall(self, path: str) -> None:
+        entry = self._files.pop(path, None)
+        if entry is None:
+            return
+        _drop(self._definitions, Counter(d.name for d in entry.tags.definitions), path)
+        _drop(self._references, Counter(r.name for r in entry.tags.references), path)
+        for target in {i.resolved_path for i in entry.tags.imports if i.resolved_path}:
+            importers = self._importers.get(target)
+            if importers is not None:
+                importers.discard(path)
+                if not importers:
+                    del self._importers[target]
+
+
+def _drop(table: dict[str, list], names: Counter[str], path: str) -> None:
+    for name in names:
+        kept = [item for item in table.get(name, ()) if item.path != path]
+        if kept:
+            table[name] = kept
+        else:
+            table.pop(name, None)
+
+
+class _SafeProgress:
+    """Calls the user's progress callback; one that raises is logged once and then dropped."""
+
+    def __init__(self, callback: Progress | None) -> None:
+        self.callback = callback
+
+    def __call__(self, done: int, total: int, path: str) -> None:
+        if self.callback is None:
+            return
+        try:
+            self.callback(done, total, path)
+        except Exception:
+            log.exception("index: progress callback failed; no further progress reports")
+            self.callback = None
+
