@@ -1,0 +1,260 @@
+"""DSA lightning indexer: score every cached key for each query, and pick each query's top-k slots.
+
+Role: the indexer decides which `topk` keys the sparse MLA attention reads. Keys live in a paged
+per-layer cache; key t of sequence b is at slot block_table[b, t // BS] * BS + t % BS.
+
+Maths, for query s of sequence b = seq_ids[s] and key position t:
+    I[s, t] = Σ_h weights[s, h] · ReLU(softmax_scale · q[s, h]·k[t])    (ReLU per head, then a
+    signed weighted sum; the caller has already folded Hi^-½ into the weights)
+    I[s, t] = -inf when t > positions[s], t >= seq_lens[b], or the key's block is unused (< 0).
+    topk[s] = the physical slots of the k = min(topk, number of finite scores) best keys, -1 after.
+
+Invariants:
+- `indexer_scores` returns [S, T] with T = MB · BS, the block table's capacity, so that its shape
+  never depends on tensor values (no host synchronisation; CUDA-graph friendly).
+- A block id outside [0, NB) or a seq_id outside [0, B) is never read: those keys are -inf.
+- `indexer_topk` chunks over queries in both twins, so its memory stays bounded at any length.
+- Order among equal scores is unspecified (ReLU makes many scores exactly 0): compare selections
+  modulo ties.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels import launch
+from kernels.chunks import chunks, rows_per_chunk
+from kernels.validate import (
+    FLOAT_DTYPES,
+    INDEX_DTYPES,
+    check_contiguous,
+    check_dim,
+    check_inner_contiguous,
+    check_int,
+    check_positive,
+    check_same_device,
+    check_tensor,
+)
+
+SCORES = "indexer_scores"
+TOPK = "indexer_topk"
+
+
+@triton.jit
+def _indexer_scores_kernel(
+    q_ptr, w_ptr, cache_ptr, table_ptr, seq_ids_ptr, positions_ptr, seq_lens_ptr, out_ptr,
+    Hi, D, T, B, BS, num_blocks, scale,
+    stride_qs, stride_qh, stride_ws, stride_slot, stride_tb, stride_os,
+    BLOCK_HI: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
+    DOT_FP32: tl.constexpr, PRECISION: tl.constexpr,
+):  # fmt: skip
+    pid = tl.program_id(0)
+    tiles = tl.cdiv(T, BLOCK_T)
+    s = (pid // tiles).to(tl.int64)
+    offs_t = (pid % tiles) * BLOCK_T + tl.arange(0, BLOCK_T)
+    b = tl.load(seq_ids_ptr + s).to(tl.int64)
+    b_ok = (b >= 0) & (b < B)
+    b = tl.where(b_ok, b, 0)
+    seq_len = tl.load(seq_lens_ptr + b, mask=b_ok, other=0).to(tl.int64)
+    limit = tl.minimum(tl.minimum(tl.load(positions_ptr + s).to(tl.int64) + 1, seq_len), T)
+    out = tl.full([BLOCK_T], float("-inf"), tl.float32)
+    if (pid % tiles) * BLOCK_T < limit:  # tiles wholly after the query stay -inf, unread
+        in_seq = offs_t < limit
+        blk = tl.load(table_ptr + b * stride_tb + offs_t // BS, mask=in_seq, other=-1).to(tl.int64)
+        ok = in_seq & (blk >= 0) & (blk < num_blocks)
+        slot = tl.where(ok, blk * BS + offs_t % BS, 0)
+        offs_h = tl.arange(0, BLOCK_HI)
+        offs_d = tl.arange(0, BLOCK_D)
+        d_ok = offs_d < D
+        k = tl.load(cache_ptr + slot[:, None] * stride_slot + offs_d[None, :], mask=ok[:, None] & d_ok[None, :], other=0.0)
+        q_mask = (offs_h[:, None] < Hi) & d_ok[None, :]
+        q = tl.load(q_ptr + s * stride_qs + offs_h[:, None] * stride_qh + offs_d[None, :], mask=q_mask, other=0.0)
+        if DOT_FP32:
+            k = k.to(tl.float32)
+            q = q.to(tl.float32)
+        w = tl.load(w_ptr + s * stride_ws + offs_h, mask=offs_h < Hi, other=0.0).to(tl.float32)
+        logits = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale  # [BLOCK_HI, BLOCK_T]
+        score = tl.sum(tl.maximum(logits, 0.0) * w[:, None], 0)
+        out = tl.where(ok, score, out)
+    tl.store(out_ptr + s * stride_os + offs_t, out, mask=offs_t < T)
+
+
+def _validate(
+    q: torch.Tensor, weights: torch.Tensor, index_cache: torch.Tensor, block_table: torch.Tensor,
+    seq_ids: torch.Tensor, positions: torch.Tensor, seq_lens: torch.Tensor, softmax_scale: float,
+    op: str = SCORES,
+) -> None:  # fmt: skip
+    check_tensor(op, "q", q, dims="S, Hi, D", dtypes=FLOAT_DTYPES)
+    check_tensor(op, "weights", weights, dims="S, Hi", dtypes=FLOAT_DTYPES)
+    check_tensor(op, "index_cache", index_cache, dims="NB, BS, D", dtypes=FLOAT_DTYPES)
+    check_tensor(op, "block_table", block_table, dims="B, MB", dtypes=INDEX_DTYPES)
+    for name, t in (("seq_ids", seq_ids), ("positions", positions), ("seq_lens", seq_lens)):
+        check_tensor(op, name, t, dims="N", dtypes=INDEX_DTYPES)
+        check_contiguous(op, name, t)
+    check_same_device(
+        op, q=q, weights=weights, index_cache=index_cache, block_table=block_table,
+        seq_ids=seq_ids, positions=positions, seq_lens=seq_lens,
+    )  # fmt: skip
+    if index_cache.dtype != q.dtype:
+        raise ValueError(f"{op}: index_cache dtype {index_cache.dtype} must match q dtype {q.dtype}")
+    num_q, heads, dim = q.shape
+    check_dim(op, "weights", weights, 0, num_q, "q's number of queries S")
+    check_dim(op, "weights", weights, 1, heads, "q's number of heads Hi")
+    check_dim(op, "index_cache", index_cache, 2, dim, "q's head dim D")
+    check_dim(op, "seq_ids", seq_ids, 0, num_q, "q's number of queries S")
+    check_dim(op, "positions", positions, 0, num_q, "q's number of queries S")
+    check_dim(op, "seq_lens", seq_lens, 0, block_table.shape[0], "block_table's number of sequences B")
+    check_positive(op, "softmax_scale", softmax_scale)
+    for name, t in (("q", q), ("weights", weights), ("block_table", block_table)):
+        check_inner_contiguous(op, name, t)
+    check_contiguous(op, "index_cache", index_cache)
+
+
+def key_slots(block_table: torch.Tensor, num_blocks: int, block_size: int) -> torch.Tensor:
+    """[B, MB·BS] int64 physical slot of every key position, -1 where its block is unused."""
+    offsets = torch.arange(block_table.shape[1] * block_size, device=block_table.device)
+    blocks = block_table.long()[:, offsets // block_size]
+    slots = blocks * block_size + offsets % block_size
+    return slots.masked_fill((blocks < 0) | (blocks >= num_blocks), -1)
+
+
+def _score_rows(
+    q: torch.Tensor, weights: torch.Tensor, cache: torch.Tensor, slots: torch.Tensor,
+    seq_ids: torch.Tensor, positions: torch.Tensor, seq_lens: torch.Tensor, scale: float,
+) -> torch.Tensor:  # fmt: skip
+    """Scores [c, T] of a chunk of queries; keys are gathered once per sequence in the chunk."""
+    out = torch.full((q.shape[0], slots.shape[1]), float("-inf"), device=q.device)
+    seq_ids = seq_ids.long()
+    known = (seq_ids >= 0) & (seq_ids < slots.shape[0])
+    for b in torch.unique(seq_ids[known]).tolist():
+        rows = (seq_ids == b).nonzero().squeeze(1)
+        width = min(slots.shape[1], int(seq_lens[b]), int(positions[rows].max()) + 1)
+        if width <= 0:
+            continue
+        key_slot = slots[b, :width]
+        keys = cache[key_slot.clamp(min=0)].float()  # [width, D]
+        logits = torch.matmul(q[rows].float(), keys.T).mul_(scale).relu_()  # [r, Hi, width]
+        scores = torch.matmul(weights[rows].float()[:, None, :], logits).squeeze(1)
+        hidden = (key_slot[None, :] < 0) | (torch.arange(width, device=q.device) > positions[rows, None])
+        out[rows, :width] = scores.masked_fill_(hidden, float("-inf"))
+    return out
+
+
+def _ref_chunks(q: torch.Tensor, table_width: int) -> int:
+    return rows_per_chunk(4 * table_width * (q.shape[1] + 3))
+
+
+def indexer_scores_ref(
+    q: torch.Tensor, weights: torch.Tensor, index_cache: torch.Tensor, block_table: torch.Tensor,
+    seq_ids: torch.Tensor, positions: torch.Tensor, seq_lens: torch.Tensor, softmax_scale: float,
+) -> torch.Tensor:  # fmt: skip
+    """Torch reference. Shapes and maths: see `indexer_scores_triton`."""
+    _validate(q, weights, index_cache, block_table, seq_ids, positions, seq_lens, softmax_scale)
+    num_blocks, block_size, dim = index_cache.shape
+    slots = key_slots(block_table, num_blocks, block_size)
+    cache = index_cache.reshape(-1, dim)
+    out = torch.empty(q.shape[0], slots.shape[1], device=q.device)
+    for rows in chunks(q.shape[0], _ref_chunks(q, slots.shape[1])):
+        args = (q[rows], weights[rows], cache, slots, seq_ids[rows], positions[rows], seq_lens)
+        out[rows] = _score_rows(*args, softmax_scale)
+    return out
+
+
+def indexer_topk_ref(
+    q: torch.Tensor, weights: torch.Tensor, index_cache: torch.Tensor, block_table: torch.Tensor,
+    seq_ids: torch.Tensor, positions: torch.Tensor, seq_lens: torch.Tensor, softmax_scale: float,
+    topk: int,
+) -> torch.Tensor:  # fmt: skip
+    """Torch reference. Shapes and maths: see `indexer_topk_triton`."""
+    _validate(q, weights, index_cache, block_table, seq_ids, positions, seq_lens, softmax_scale, TOPK)
+    check_int(TOPK, "topk", topk, minimum=1)
+    num_blocks, block_size, dim = index_cache.shape
+    slots = key_slots(block_table, num_blocks, block_size)
+    cache = index_cache.reshape(-1, dim)
+    out = torch.full((q.shape[0], topk), -1, dtype=torch.int32, device=q.device)
+    for rows in chunks(q.shape[0], _ref_chunks(q, slots.shape[1])):
+        args = (q[rows], weights[rows], cache, slots, seq_ids[rows], positions[rows], seq_lens)
+        out[rows] = _select(_score_rows(*args, softmax_scale), slots, seq_ids[rows], topk)
+    return out
+
+
+def _select(scores: torch.Tensor, slots: torch.Tensor, seq_ids: torch.Tensor, topk: int) -> torch.Tensor:
+    """[c, topk] int32 slots of the best finite scores of each row, -1 padded."""
+    out = torch.full((scores.shape[0], topk), -1, dtype=torch.int32, device=scores.device)
+    k = min(topk, scores.shape[1])
+    if k == 0 or slots.shape[0] == 0:
+        return out
+    values, cols = scores.topk(k, dim=1)
+    rows_slots = slots[seq_ids.long().clamp(0, slots.shape[0] - 1)].gather(1, cols)
+    out[:, :k] = rows_slots.masked_fill(values == float("-inf"), -1).int()
+    return out
+
+
+def _launch_scores(
+    q: torch.Tensor, weights: torch.Tensor, index_cache: torch.Tensor, block_table: torch.Tensor,
+    seq_ids: torch.Tensor, positions: torch.Tensor, seq_lens: torch.Tensor, softmax_scale: float,
+    out: torch.Tensor,
+) -> None:  # fmt: skip
+    """Fill out [S, MB·BS] with the scores of the queries in q (a chunk is fine)."""
+    if out.numel() == 0:
+        return
+    num_blocks, block_size, dim = index_cache.shape
+    dot_fp32 = launch.dot_in_fp32(_indexer_scores_kernel, q.dtype)
+    block_t = 64 if launch.is_interpreted(_indexer_scores_kernel) else 128
+    grid = (q.shape[0] * triton.cdiv(out.shape[1], block_t),)
+    _indexer_scores_kernel[grid](
+        q, weights, index_cache, block_table, seq_ids, positions, seq_lens, out,
+        q.shape[1], dim, out.shape[1], block_table.shape[0], block_size, num_blocks, softmax_scale,
+        q.stride(0), q.stride(1), weights.stride(0), index_cache.stride(1), block_table.stride(0),
+        out.stride(0),
+        BLOCK_HI=launch.block(q.shape[1]), BLOCK_T=block_t, BLOCK_D=launch.block(dim),
+        DOT_FP32=dot_fp32, PRECISION="ieee" if dot_fp32 else "tf32", num_warps=4,
+    )  # fmt: skip
+
+
+def indexer_scores_triton(
+    q: torch.Tensor, weights: torch.Tensor, index_cache: torch.Tensor, block_table: torch.Tensor,
+    seq_ids: torch.Tensor, positions: torch.Tensor, seq_lens: torch.Tensor, softmax_scale: float,
+) -> torch.Tensor:  # fmt: skip
+    """Indexer score of every key position of each query's sequence.
+
+    q:           [S, Hi, D] fp32/fp16/bf16 indexer queries (GLM-5: Hi = 32, D = 128)
+    weights:     [S, Hi] float per-head weights, signed, Hi^-½ already folded in
+    index_cache: [NB, BS, D] q's dtype, contiguous paged indexer keys
+    block_table: [B, MB] int32/int64 block ids of each sequence, -1 = unused
+    seq_ids:     [S] sequence (row of block_table) of each query
+    positions:   [S] absolute position of each query (it sees keys t <= position)
+    seq_lens:    [B] number of keys of each sequence
+    returns:     [S, MB·BS] fp32; I[s,t] = Σ_h w[s,h]·ReLU(scale·q[s,h]·k[t]), -inf where hidden
+    """
+    _validate(q, weights, index_cache, block_table, seq_ids, positions, seq_lens, softmax_scale)
+    launch.check_launch_device(SCORES, _indexer_scores_kernel, q.device)
+    out = torch.empty(q.shape[0], block_table.shape[1] * index_cache.shape[1], device=q.device)
+    _launch_scores(q, weights, index_cache, block_table, seq_ids, positions, seq_lens, softmax_scale, out)
+    return out
+
+
+def indexer_topk_triton(
+    q: torch.Tensor, weights: torch.Tensor, index_cache: torch.Tensor, block_table: torch.Tensor,
+    seq_ids: torch.Tensor, positions: torch.Tensor, seq_lens: torch.Tensor, softmax_scale: float,
+    topk: int,
+) -> torch.Tensor:  # fmt: skip
+    """Physical slots of each query's `topk` best keys by indexer score (Triton scores + torch.topk).
+
+    Arguments as `indexer_scores_triton`, plus topk >= 1.
+    returns: [S, topk] int32 slots; k = min(topk, visible keys) are selected, the rest are -1
+    """
+    _validate(q, weights, index_cache, block_table, seq_ids, positions, seq_lens, softmax_scale, TOPK)
+    check_int(TOPK, "topk", topk, minimum=1)
+    launch.check_launch_device(TOPK, _indexer_scores_kernel, q.device)
+    num_blocks, block_size, _ = index_cache.shape
+    slots = key_slots(block_table, num_blocks, block_size)
+    out = torch.full((q.shape[0], topk), -1, dtype=torch.int32, device=q.device)
+    for rows in chunks(q.shape[0], rows_per_chunk(4 * slots.shape[1])):
+        scores = torch.empty(rows.stop - rows.start, slots.shape[1], device=q.device)
+        args = (q[rows], weights[rows], index_cache, block_table, seq_ids[rows], positions[rows])
+        _launch_scores(*args, seq_lens, softmax_scale, scores)
+        out[rows] = _select(scores, slots, seq_ids[rows], topk)
+    return out

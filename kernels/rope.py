@@ -1,0 +1,102 @@
+"""Rotary position embedding in the interleaved-pair (GPT-J) layout, as GLM-5 uses everywhere.
+
+Maths, for each token s, head h and pair i < R/2, with (a, b) = (x[s,h,2i], x[s,h,2i+1]):
+    out[s,h,2i] = a·cos[s,i] − b·sin[s,i]        out[s,h,2i+1] = b·cos[s,i] + a·sin[s,i]
+
+Invariants:
+- The output keeps the interleaved layout of the input (HF de-interleaves; dot products between
+  q and k rotated the same way are identical, and the KV cache stores this layout).
+- Each output is computed in fp32 from fp32 cos/sin and rounded once to x's dtype.
+- x may be a strided view (e.g. the rope tail of a [S, H, 256] query); its last dim must be
+  contiguous. The output is a new contiguous tensor.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels import launch
+from kernels.chunks import chunks, rows_per_chunk
+from kernels.validate import (
+    FLOAT_DTYPES,
+    check_dim,
+    check_inner_contiguous,
+    check_same_device,
+    check_tensor,
+)
+
+OP = "rope_interleaved"
+
+
+@triton.jit
+def _rope_kernel(
+    x_ptr, cos_ptr, sin_ptr, out_ptr,
+    H, HALF, stride_xs, stride_xh, stride_cs, stride_ss, stride_os, stride_oh,
+    BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr,
+):  # fmt: skip
+    s = tl.program_id(0).to(tl.int64)
+    offs_h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    offs_i = tl.arange(0, BLOCK_HALF)
+    i_ok = offs_i < HALF
+    ok = (offs_h[:, None] < H) & i_ok[None, :]
+    c = tl.load(cos_ptr + s * stride_cs + offs_i, mask=i_ok, other=0.0)[None, :]
+    n = tl.load(sin_ptr + s * stride_ss + offs_i, mask=i_ok, other=0.0)[None, :]
+    even = x_ptr + s * stride_xs + offs_h[:, None] * stride_xh + 2 * offs_i[None, :]
+    a = tl.load(even, mask=ok, other=0.0).to(tl.float32)
+    b = tl.load(even + 1, mask=ok, other=0.0).to(tl.float32)
+    out_even = out_ptr + s * stride_os + offs_h[:, None] * stride_oh + 2 * offs_i[None, :]
+    tl.store(out_even, (a * c - b * n).to(out_ptr.dtype.element_ty), mask=ok)
+    tl.store(out_even + 1, (b * c + a * n).to(out_ptr.dtype.element_ty), mask=ok)
+
+
+def _validate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
+    check_tensor(OP, "x", x, dims="S, H, R", dtypes=FLOAT_DTYPES)
+    check_tensor(OP, "cos", cos, dims="S, R/2", dtypes=(torch.float32,))
+    check_tensor(OP, "sin", sin, dims="S, R/2", dtypes=(torch.float32,))
+    if x.shape[2] % 2:
+        raise ValueError(f"{OP}: the rotary dim R must be even, got x shape {tuple(x.shape)}")
+    for name, t in (("cos", cos), ("sin", sin)):
+        check_dim(OP, name, t, 0, x.shape[0], "x's number of tokens S")
+        check_dim(OP, name, t, 1, x.shape[2] // 2, "half of x's rotary dim R")
+        check_inner_contiguous(OP, name, t)
+    check_inner_contiguous(OP, "x", x)
+    check_same_device(OP, x=x, cos=cos, sin=sin)
+
+
+def rope_interleaved_ref(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Torch reference. Shapes and maths: see `rope_interleaved_triton`."""
+    _validate(x, cos, sin)
+    num_tokens, heads, rot = x.shape
+    out = torch.empty(num_tokens, heads, rot, dtype=x.dtype, device=x.device)
+    for rows in chunks(num_tokens, rows_per_chunk(16 * heads * rot)):
+        pairs = x[rows].float().unflatten(2, (rot // 2, 2))
+        a, b = pairs[..., 0], pairs[..., 1]
+        c, s = cos[rows, None, :], sin[rows, None, :]
+        out[rows] = torch.stack((a * c - b * s, b * c + a * s), dim=3).flatten(2)
+    return out
+
+
+def rope_interleaved_triton(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate each interleaved pair (x[2i], x[2i+1]) of every head by its token's angle.
+
+    x:       [S, H, R] fp32/fp16/bf16, last dim contiguous, R even
+    cos/sin: [S, R/2] fp32 (cos/sin of position · inv_freq[i])
+    returns: [S, H, R] x's dtype, interleaved like x
+    (a, b) -> (a·cos − b·sin, b·cos + a·sin), in fp32, rounded once
+    """
+    _validate(x, cos, sin)
+    launch.check_launch_device(OP, _rope_kernel, x.device)
+    num_tokens, heads, rot = x.shape
+    out = torch.empty(num_tokens, heads, rot, dtype=x.dtype, device=x.device)
+    if out.numel() == 0:
+        return out
+    block_h = min(16, triton.next_power_of_2(heads))
+    _rope_kernel[(num_tokens, triton.cdiv(heads, block_h))](
+        x, cos, sin, out,
+        heads, rot // 2, x.stride(0), x.stride(1), cos.stride(0), sin.stride(0),
+        out.stride(0), out.stride(1),
+        BLOCK_H=block_h, BLOCK_HALF=triton.next_power_of_2(rot // 2),
+    )  # fmt: skip
+    return out

@@ -1,0 +1,279 @@
+"""Sparse MLA attention over a paged latent KV cache (DSA; FlashMLA's sparse "MQA mode").
+
+Role: every query head attends to its own list of cache slots. GLM-5 calls it with
+q = [q_abs (512) | q_pe (64)] against cache rows [c (512) | k_pe (64)]; the values are the
+first `d_v` columns of the same rows. Decode (one query per sequence) and prefill (many
+queries) are the same call: causality is already encoded in the index lists.
+
+Maths, per query s and head h over the valid j:
+    out[s, h] = Σ_j softmax_j(sm_scale · q[s, h]·kv[idx[s, j]]) · kv[idx[s, j], :d_v]
+    lse[s, h] = ln Σ_j exp(sm_scale · q[s, h]·kv[idx[s, j]])
+
+Invariants:
+- An index outside [0, NB·BS) (-1 by convention) is no token and is never read.
+- A query with no valid index ("lonely q") gets out = 0 and lse = +inf.
+- Scores, softmax and the weighted sum accumulate in fp32; `out` has q's dtype.
+- The reference keeps its temporaries under `chunks.MEMORY_BUDGET` by chunking over queries.
+- The Triton path splits the index list across programs when there are few queries (decode)
+  and merges the partial results by their log-sum-exp.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels import launch
+from kernels.chunks import chunks, rows_per_chunk
+from kernels.validate import (
+    FLOAT_DTYPES,
+    INDEX_DTYPES,
+    check_contiguous,
+    check_dim,
+    check_inner_contiguous,
+    check_int,
+    check_positive,
+    check_same_device,
+    check_tensor,
+)
+
+OP = "sparse_mla_attention"
+LOG2E = math.log2(math.e)
+
+
+@triton.jit
+def _sparse_mla_split_kernel(
+    q_ptr, kv_ptr, idx_ptr, out_ptr, lse_ptr,
+    H, K, num_slots, scale_log2, keys_per_split, num_splits,
+    stride_qs, stride_qh, stride_kv, stride_is,
+    stride_os, stride_oh, stride_osp, stride_ls, stride_lh, stride_lsp,
+    D_V: tl.constexpr, D_R: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_DR: tl.constexpr,
+    DOT_FP32: tl.constexpr, PRECISION: tl.constexpr, LONELY_LSE: tl.constexpr,
+):  # fmt: skip
+    # Adjacent programs share (query, split), so the KV rows they gather are reused from L2.
+    pid = tl.program_id(0)
+    head_blocks = tl.cdiv(H, BLOCK_H)
+    hb = pid % head_blocks
+    sp = (pid // head_blocks) % num_splits
+    s = pid // (head_blocks * num_splits)
+
+    offs_h = hb * BLOCK_H + tl.arange(0, BLOCK_H)
+    offs_v = tl.arange(0, BLOCK_DV)
+    offs_r = tl.arange(0, BLOCK_DR)
+    h_ok = offs_h < H
+    v_ok = offs_v < D_V
+    r_ok = offs_r < D_R
+    q_rows = q_ptr + s.to(tl.int64) * stride_qs + offs_h[:, None] * stride_qh
+    q_c = tl.load(q_rows + offs_v[None, :], mask=h_ok[:, None] & v_ok[None, :], other=0.0)
+    q_r = tl.load(q_rows + D_V + offs_r[None, :], mask=h_ok[:, None] & r_ok[None, :], other=0.0)
+    if DOT_FP32:
+        q_c = q_c.to(tl.float32)
+        q_r = q_r.to(tl.float32)
+
+    m = tl.full([BLOCK_H], float("-inf"), tl.float32)
+    l = tl.zeros([BLOCK_H], tl.float32)
+    acc = tl.zeros([BLOCK_H, BLOCK_DV], tl.float32)
+    k_start = sp * keys_per_split
+    k_end = tl.minimum(k_start + keys_per_split, K)
+    for k0 in range(k_start, k_end, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        idx = tl.load(idx_ptr + s.to(tl.int64) * stride_is + offs_k, mask=offs_k < k_end, other=-1)
+        idx = idx.to(tl.int64)
+        valid = (idx >= 0) & (idx < num_slots)
+        rows = kv_ptr + tl.where(valid, idx, 0)[:, None] * stride_kv
+        kc = tl.load(rows + offs_v[None, :], mask=valid[:, None] & v_ok[None, :], other=0.0)
+        kr = tl.load(rows + D_V + offs_r[None, :], mask=valid[:, None] & r_ok[None, :], other=0.0)
+        if DOT_FP32:
+            kc = kc.to(tl.float32)
+            kr = kr.to(tl.float32)
+        qk = tl.dot(q_c, tl.trans(kc), input_precision=PRECISION)
+        qk += tl.dot(q_r, tl.trans(kr), input_precision=PRECISION)
+        qk = tl.where(valid[None, :], qk * scale_log2, float("-inf"))
+        m_new = tl.maximum(m, tl.max(qk, 1))
+        m_base = tl.where(m_new == float("-inf"), 0.0, m_new)  # no valid key yet: avoid inf - inf
+        p = tl.exp2(qk - m_base[:, None])
+        alpha = tl.exp2(m - m_base)
+        l = l * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(kc.dtype), kc, input_precision=PRECISION)
+        m = m_new
+
+    lonely = l == 0.0
+    out = acc / tl.where(lonely, 1.0, l)[:, None]
+    lse = tl.where(lonely, LONELY_LSE, (m + tl.log2(tl.where(lonely, 1.0, l))) / 1.4426950408889634)
+    out_rows = out_ptr + s.to(tl.int64) * stride_os + sp * stride_osp + offs_h[:, None] * stride_oh
+    tl.store(out_rows + offs_v[None, :], out.to(out_ptr.dtype.element_ty), mask=h_ok[:, None] & v_ok[None, :])
+    tl.store(lse_ptr + s.to(tl.int64) * stride_ls + sp * stride_lsp + offs_h * stride_lh, lse, mask=h_ok)
+
+
+@triton.jit
+def _sparse_mla_combine_kernel(
+    part_out_ptr, part_lse_ptr, out_ptr, lse_ptr,
+    H, num_splits,
+    stride_pos, stride_poh, stride_posp, stride_pls, stride_plh,
+    stride_os, stride_oh, stride_ls, stride_lh,
+    D_V: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_SPLIT: tl.constexpr,
+):  # fmt: skip
+    s = tl.program_id(0) // H
+    h = tl.program_id(0) % H
+    offs_sp = tl.arange(0, BLOCK_SPLIT)
+    offs_v = tl.arange(0, BLOCK_DV)
+    sp_ok = offs_sp < num_splits
+    v_ok = offs_v < D_V
+    part_lse = tl.load(
+        part_lse_ptr + s.to(tl.int64) * stride_pls + h * stride_plh + offs_sp,
+        mask=sp_ok, other=float("-inf"),
+    )
+    m = tl.max(part_lse, 0)
+    lonely = m == float("-inf")
+    w = tl.exp(part_lse - tl.where(lonely, 0.0, m))
+    total = tl.sum(w, 0)
+    part = tl.load(
+        part_out_ptr + s.to(tl.int64) * stride_pos + h * stride_poh
+        + offs_sp[:, None] * stride_posp + offs_v[None, :],
+        mask=sp_ok[:, None] & v_ok[None, :], other=0.0,
+    )
+    out = tl.sum(part * w[:, None], 0) / tl.where(lonely, 1.0, total)
+    lse = tl.where(lonely, float("inf"), m + tl.log(tl.where(lonely, 1.0, total)))
+    tl.store(out_ptr + s.to(tl.int64) * stride_os + h * stride_oh + offs_v, out.to(out_ptr.dtype.element_ty), mask=v_ok)
+    tl.store(lse_ptr + s.to(tl.int64) * stride_ls + h * stride_lh, lse)
+
+
+def split_plan(num_queries: int, head_blocks: int, k: int, block_k: int, target: int) -> tuple[int, int]:
+    """(number of splits, keys per split) so that queries × head blocks × splits ≈ target.
+
+    Splits never outnumber the key tiles, and every split but the last holds whole tiles.
+    """
+    tiles = triton.cdiv(k, block_k)
+    if tiles == 0:
+        return 1, 0
+    wanted = max(1, min(tiles, triton.cdiv(target, max(1, num_queries * head_blocks))))
+    tiles_per_split = triton.cdiv(tiles, wanted)
+    return triton.cdiv(tiles, tiles_per_split), tiles_per_split * block_k
+
+
+def _validate(
+    q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor, sm_scale: float, d_v: int
+) -> None:
+    check_tensor(OP, "q", q, dims="S, H, D", dtypes=FLOAT_DTYPES)
+    check_tensor(OP, "kv_cache", kv_cache, dims="NB, BS, D", dtypes=FLOAT_DTYPES)
+    check_tensor(OP, "indices", indices, dims="S, K", dtypes=INDEX_DTYPES)
+    check_same_device(OP, q=q, kv_cache=kv_cache, indices=indices)
+    if kv_cache.dtype != q.dtype:
+        raise ValueError(f"{OP}: kv_cache dtype {kv_cache.dtype} must match q dtype {q.dtype}")
+    check_dim(OP, "kv_cache", kv_cache, 2, q.shape[2], "q's head dim D")
+    check_dim(OP, "indices", indices, 0, q.shape[0], "q's number of queries S")
+    check_int(OP, "d_v", d_v, minimum=1)
+    if d_v > q.shape[2]:
+        raise ValueError(f"{OP}: d_v={d_v} exceeds the head dim D={q.shape[2]}")
+    check_positive(OP, "sm_scale", sm_scale)
+    check_inner_contiguous(OP, "q", q)
+    check_inner_contiguous(OP, "indices", indices)
+    check_contiguous(OP, "kv_cache", kv_cache)
+
+
+def sparse_mla_attention_ref(
+    q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor, sm_scale: float, d_v: int = 512
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Torch reference. Shapes and maths: see `sparse_mla_attention_triton`."""
+    _validate(q, kv_cache, indices, sm_scale, d_v)
+    num_q, heads, dim = q.shape
+    kv = kv_cache.reshape(-1, dim)
+    out = q.new_empty(num_q, heads, d_v)
+    lse = torch.empty(num_q, heads, dtype=torch.float32, device=q.device)
+    k = indices.shape[1]
+    per_query = 4 * (k * dim + 4 * heads * k + heads * (dim + d_v))
+    for rows in chunks(num_q, rows_per_chunk(per_query)):
+        out[rows], lse[rows] = _attend_chunk(q[rows], kv, indices[rows].long(), sm_scale, d_v)
+    return out, lse
+
+
+def _attend_chunk(
+    q: torch.Tensor, kv: torch.Tensor, idx: torch.Tensor, sm_scale: float, d_v: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """q [c, H, D] against kv [slots, D] at idx [c, K] (int64) -> (out [c, H, d_v], lse [c, H])."""
+    valid = (idx >= 0) & (idx < kv.shape[0])
+    keys, key_of = _gathered_keys(kv, idx.where(valid, 0))
+    scores = torch.matmul(q.float(), keys.transpose(1, 2)) * sm_scale  # [c, H, K] or [c, H, U]
+    if key_of is not None:
+        scores = scores.gather(2, key_of.expand(-1, q.shape[1], -1))
+    scores.masked_fill_(~valid[:, None, :], float("-inf"))
+    lse = torch.logsumexp(scores, dim=2)
+    lonely = lse == float("-inf")
+    probs = torch.exp(scores.sub_(lse.masked_fill(lonely, 0.0)[..., None]))
+    if key_of is not None:
+        shape = (*probs.shape[:2], keys.shape[1])
+        probs = probs.new_zeros(shape).scatter_add_(2, key_of.expand_as(probs), probs)
+    out = torch.matmul(probs, keys[..., :d_v])
+    return out.to(q.dtype), lse.masked_fill(lonely, float("inf"))
+
+
+def _gathered_keys(kv: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The fp32 key rows a chunk reads, and where each index finds its row.
+
+    When the chunk's queries share keys (prefill: every query sees the same prefix), the union
+    of their U slots is gathered once: keys [1, U, D] and key_of [c, 1, K] positions into it.
+    Otherwise each query gathers its own rows: keys [c, K, D] and key_of None. The shared form
+    is used only when U <= K, so it never does more work than the per-query form.
+    """
+    slots, inverse = torch.unique(idx, return_inverse=True)
+    if slots.numel() <= idx.shape[1]:
+        return kv[slots].float()[None], inverse[:, None, :]
+    return kv[idx].float(), None
+
+
+def sparse_mla_attention_triton(
+    q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor, sm_scale: float, d_v: int = 512
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sparse MLA attention of each query over its own list of paged-cache slots.
+
+    q:        [S, H, D] fp32/fp16/bf16, last dim contiguous (GLM-5: D = 576 = 512 latent + 64 rope)
+    kv_cache: [NB, BS, D] same dtype, contiguous; slot = block * BS + offset
+    indices:  [S, K] int32/int64 slots, -1 (or any slot outside [0, NB·BS)) = no token
+    sm_scale: softmax scale (GLM-5: 256^-½)
+    d_v:      value width: the values are kv[:, :d_v]
+    returns:  out [S, H, d_v] in q's dtype, lse [S, H] fp32 (natural log; +inf for a lonely q)
+    out[s,h] = Σ_j softmax_j(sm_scale · q[s,h]·kv[idx[s,j]]) · kv[idx[s,j], :d_v]
+    """
+    _validate(q, kv_cache, indices, sm_scale, d_v)
+    launch.check_launch_device(OP, _sparse_mla_split_kernel, q.device)
+    num_q, heads, dim = q.shape
+    out = q.new_empty(num_q, heads, d_v)
+    lse = torch.empty(num_q, heads, dtype=torch.float32, device=q.device)
+    if out.numel() == 0:
+        return out, lse
+    dot_fp32 = launch.dot_in_fp32(_sparse_mla_split_kernel, q.dtype)
+    block_h, block_k = 16, 16 if dot_fp32 else 32
+    head_blocks = triton.cdiv(heads, block_h)
+    target = launch.target_programs(_sparse_mla_split_kernel, q.device)
+    splits, keys_per_split = split_plan(num_q, head_blocks, indices.shape[1], block_k, target)
+    if splits == 1:
+        part_out, part_lse = out[:, :, None], lse[:, :, None]
+    else:
+        part_out = torch.empty(num_q, heads, splits, d_v, dtype=torch.float32, device=q.device)
+        part_lse = torch.empty(num_q, heads, splits, dtype=torch.float32, device=q.device)
+    _sparse_mla_split_kernel[(num_q * head_blocks * splits,)](
+        q, kv_cache, indices, part_out, part_lse,
+        heads, indices.shape[1], kv_cache.shape[0] * kv_cache.shape[1], sm_scale * LOG2E,
+        keys_per_split, splits,
+        q.stride(0), q.stride(1), kv_cache.stride(1), indices.stride(0),
+        part_out.stride(0), part_out.stride(1), part_out.stride(2),
+        part_lse.stride(0), part_lse.stride(1), part_lse.stride(2),
+        D_V=d_v, D_R=dim - d_v, BLOCK_H=block_h, BLOCK_K=block_k,
+        BLOCK_DV=launch.block(d_v), BLOCK_DR=launch.block(dim - d_v),
+        DOT_FP32=dot_fp32, PRECISION="ieee" if dot_fp32 else "tf32",
+        LONELY_LSE=float("inf") if splits == 1 else float("-inf"),
+        num_warps=4, num_stages=2,
+    )  # fmt: skip
+    if splits > 1:
+        _sparse_mla_combine_kernel[(num_q * heads,)](
+            part_out, part_lse, out, lse, heads, splits,
+            part_out.stride(0), part_out.stride(1), part_out.stride(2),
+            part_lse.stride(0), part_lse.stride(1),
+            out.stride(0), out.stride(1), lse.stride(0), lse.stride(1),
+            D_V=d_v, BLOCK_DV=launch.block(d_v), BLOCK_SPLIT=launch.block(splits, minimum=2),
+        )  # fmt: skip
+    return out, lse

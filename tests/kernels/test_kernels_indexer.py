@@ -1,0 +1,149 @@
+"""indexer_scores / indexer_topk: the reference against a per-key loop, top-k semantics
+(k = min(topk, visible keys), exactly dense when every key fits), the Triton twins against the
+reference over permuted and gapped block tables, and argument validation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels import chunks, indexer
+from kernels.testing import TOLERANCES, assert_topk_valid, paged_layout
+
+SCORE_TWINS = [indexer.indexer_scores_ref, indexer.indexer_scores_triton]
+TOPK_TWINS = [indexer.indexer_topk_ref, indexer.indexer_topk_triton]
+HI, DI, BS = 3, 20, 4
+
+
+def _per_key_loop(q, w, cache, table, seq_ids, positions, seq_lens, scale):
+    """Score one (query, key) pair at a time, straight from the definition."""
+    out = torch.full((q.shape[0], table.shape[1] * BS), float("-inf"))
+    for s in range(q.shape[0]):
+        b = int(seq_ids[s])
+        if not 0 <= b < table.shape[0]:
+            continue
+        for t in range(min(int(positions[s]) + 1, int(seq_lens[b]), out.shape[1])):
+            block = int(table[b, t // BS])
+            if 0 <= block < cache.shape[0]:
+                k = cache[block, t % BS].float()
+                out[s, t] = sum(float(w[s, h]) * max(0.0, scale * float(q[s, h].float() @ k)) for h in range(HI))
+    return out
+
+
+def _inputs(gen, dtype=torch.float32):
+    """Three sequences over permuted blocks with spare (gap) blocks, an unused (-1) block inside
+    sequence 0, a query of an unknown sequence, and a query whose position precedes all keys."""
+    layout = paged_layout([18, 10, 3], BS, gen, spare_blocks=4, extra_columns=1)
+    table = layout.block_table.clone()
+    table[0, 2] = -1
+    seq_ids = torch.tensor([0, 0, 1, 2, 1, 7, 0])
+    positions = torch.tensor([17, 6, 9, 2, 0, 3, -1])
+    cache = torch.randn(layout.num_blocks, BS, DI, generator=gen).to(dtype)
+    q = torch.randn(len(seq_ids), HI, DI, generator=gen).to(dtype)
+    w = torch.randn(len(seq_ids), HI, generator=gen) * HI**-0.5
+    return q, w, cache, table, seq_ids, positions, layout.seq_lens
+
+
+def test_reference_scores_equal_the_per_key_definition(gen):
+    args = _inputs(gen)
+    got = indexer.indexer_scores_ref(*args, 0.3)
+    TOLERANCES[torch.float32].check("scores", got, _per_key_loop(*args, 0.3))
+    assert torch.isfinite(got).sum(1).tolist() == [14, 7, 10, 3, 1, 0, 0]
+
+
+def test_reference_chunking_does_not_change_scores(gen, monkeypatch):
+    args = _inputs(gen)
+    whole = indexer.indexer_scores_ref(*args, 0.3)
+    monkeypatch.setattr(chunks, "MEMORY_BUDGET", 1)
+    TOLERANCES[torch.float32].check("scores", indexer.indexer_scores_ref(*args, 0.3), whole)
+
+
+@pytest.mark.parametrize("twin", TOPK_TWINS, ids=["ref", "triton"])
+@pytest.mark.parametrize("topk", [1, 5, 12, 40])
+def test_topk_selects_min_topk_visible_best_keys(twin, topk, device, gen):
+    args = _inputs(gen)
+    scores = _per_key_loop(*args, 0.3)
+    got = twin(*(t.to(device) for t in args), 0.3, topk).cpu()
+    assert got.shape == (7, topk) and got.dtype == torch.int32
+    slots = indexer.key_slots(args[3], args[2].shape[0], BS)
+    assert_topk_valid("topk", got, scores, slots, args[4], topk, atol=1e-5)
+
+
+@pytest.mark.parametrize("twin", TOPK_TWINS, ids=["ref", "triton"])
+def test_topk_is_exactly_dense_when_every_key_fits(twin, device, gen):
+    layout = paged_layout([9, 6], BS, gen, spare_blocks=2)
+    seq_ids, positions = torch.tensor([0, 0, 1]), torch.tensor([8, 3, 5])
+    cache = torch.randn(layout.num_blocks, BS, DI, generator=gen)
+    q, w = torch.randn(3, HI, DI, generator=gen), torch.randn(3, HI, generator=gen)
+    args = (q, w, cache, layout.block_table, seq_ids, positions, layout.seq_lens)
+    got = twin(*(t.to(device) for t in args), 0.3, 2048).cpu()
+    for s, (b, pos) in enumerate(zip(seq_ids.tolist(), positions.tolist())):
+        causal = set(layout.slots(b)[: pos + 1].tolist())
+        assert set(got[s, : len(causal)].tolist()) == causal
+        assert (got[s, len(causal) :] == -1).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_triton_scores_match_reference(dtype, device, gen):
+    args = [t.to(device) for t in _inputs(gen, dtype)]
+    got = indexer.indexer_scores_triton(*args, 0.3)
+    TOLERANCES[torch.float32].check("scores", got, indexer.indexer_scores_ref(*args, 0.3))
+
+
+def test_triton_scores_match_reference_across_key_tiles(device, gen):
+    layout = paged_layout([150, 70], 16, gen, spare_blocks=3)
+    seq_ids, positions = torch.tensor([0, 1, 0]), torch.tensor([149, 69, 63])
+    cache = torch.randn(layout.num_blocks, 16, 32, generator=gen)
+    q, w = torch.randn(3, 17, 32, generator=gen), torch.randn(3, 17, generator=gen)
+    args = [t.to(device) for t in (q, w, cache, layout.block_table, seq_ids, positions, layout.seq_lens)]
+    got = indexer.indexer_scores_triton(*args, 0.1)
+    TOLERANCES[torch.float32].check("scores", got, indexer.indexer_scores_ref(*args, 0.1))
+
+
+@pytest.mark.parametrize("twin", SCORE_TWINS, ids=["ref", "triton"])
+def test_empty_block_table_gives_no_columns(twin):
+    q, w = torch.randn(2, HI, DI), torch.randn(2, HI)
+    table = torch.empty(1, 0, dtype=torch.int32)
+    ids = torch.zeros(2, dtype=torch.int64)
+    got = twin(q, w, torch.randn(1, BS, DI), table, ids, ids, torch.zeros(1, dtype=torch.int64), 0.3)
+    assert got.shape == (2, 0)
+
+
+def _good_args():
+    return [
+        torch.zeros(2, HI, DI), torch.zeros(2, HI), torch.zeros(3, BS, DI),
+        torch.zeros(1, 2, dtype=torch.int32), torch.zeros(2, dtype=torch.int64),
+        torch.zeros(2, dtype=torch.int64), torch.zeros(1, dtype=torch.int64), 0.3,
+    ]  # fmt: skip
+
+
+BAD_ARGS = {
+    "q must be 3-D": (0, torch.zeros(2, DI)),
+    "weights dim 1 must be 3": (1, torch.zeros(2, 4)),
+    "index_cache dtype": (2, torch.zeros(3, BS, DI, dtype=torch.float16)),
+    "index_cache dim 2 must be 20": (2, torch.zeros(3, BS, 8)),
+    "block_table must have dtype": (3, torch.zeros(1, 2)),
+    "seq_ids dim 0 must be 2": (4, torch.zeros(3, dtype=torch.int64)),
+    "seq_lens dim 0 must be 1": (6, torch.zeros(2, dtype=torch.int64)),
+    "positions must be contiguous": (5, torch.zeros(4, dtype=torch.int64)[::2]),
+    "softmax_scale must be a finite number": (7, float("nan")),
+}
+
+
+@pytest.mark.parametrize("twin", SCORE_TWINS + TOPK_TWINS, ids=["scores-ref", "scores-triton", "topk-ref", "topk-triton"])
+@pytest.mark.parametrize("message", BAD_ARGS, ids=list(BAD_ARGS))
+def test_bad_arguments_raise_a_clear_error(twin, message):
+    args = _good_args()
+    position, value = BAD_ARGS[message]
+    args[position] = value
+    if twin in TOPK_TWINS:
+        args.append(4)
+    with pytest.raises(ValueError, match=f"^indexer_(scores|topk): {message}"):
+        twin(*args)
+
+
+@pytest.mark.parametrize("twin", TOPK_TWINS, ids=["ref", "triton"])
+@pytest.mark.parametrize("topk", [0, -3, 2.0])
+def test_topk_must_be_a_positive_int(twin, topk):
+    with pytest.raises(ValueError, match="^indexer_topk: topk must be an int >= 1"):
+        twin(*_good_args(), topk)
