@@ -3,7 +3,7 @@
 Role: the single table of supported languages (Python, JavaScript, TypeScript, TSX, Go, Rust).
 Each `Language` names its grammar, comment prefix and data files under `context/queries/`:
 `<query_name>-tags.scm` (definitions, references, imports), `<query_name>-locals.scm` (identifiers
-that are certainly value references, for `symbols.py`) and `<query_name>-globals.txt` (builtins).
+that are certainly value references, for `symbols.py`) and `<globals_name>-globals.txt` (builtins).
 A dialect sharing another's queries (TSX shares TypeScript's) may add `<name>-<kind>.scm`.
 
 Invariants:
@@ -38,6 +38,7 @@ class Language:
     grammar_module: str
     grammar_function: str
     query_name: str
+    globals_name: str = ""
 
     @property
     def ts_language(self) -> ts.Language:
@@ -70,7 +71,7 @@ class Language:
     @property
     def globals(self) -> frozenset[str]:
         """Names every file may use without declaring them (builtins, prelude, host globals)."""
-        return _globals(self.query_name)
+        return _globals(self.globals_name) if self.globals_name else frozenset()
 
 
 _thread_parsers = threading.local()
@@ -85,6 +86,7 @@ LANGUAGES: tuple[Language, ...] = (
         "tree_sitter_javascript",
         "language",
         "javascript",
+        "javascript",
     ),
     Language(
         "typescript",
@@ -94,6 +96,7 @@ LANGUAGES: tuple[Language, ...] = (
         "tree_sitter_typescript",
         "language_typescript",
         "typescript",
+        "javascript",
     ),
     Language(
         "tsx",
@@ -103,9 +106,10 @@ LANGUAGES: tuple[Language, ...] = (
         "tree_sitter_typescript",
         "language_tsx",
         "typescript",
+        "javascript",
     ),
-    Language("go", ("go",), (".go",), "//", "tree_sitter_go", "language", "go"),
-    Language("rust", ("rust",), (".rs",), "//", "tree_sitter_rust", "language", "rust"),
+    Language("go", ("go",), (".go",), "//", "tree_sitter_go", "language", "go", "go"),
+    Language("rust", ("rust",), (".rs",), "//", "tree_sitter_rust", "language", "rust", "rust"),
 )
 
 _BY_ID = {lsp_id: lang for lang in LANGUAGES for lsp_id in (*lang.lsp_ids, lang.name)}

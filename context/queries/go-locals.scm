@@ -29,3 +29,9 @@
 (expression_switch_statement value: (identifier) @reference.value)
 (type_switch_statement value: (identifier) @reference.value)
 (expression_case value: (expression_list (identifier) @reference.value))
+
+; --- every name-like node (a declaration unless captured as a reference above), and error regions
+(identifier) @name
+(type_identifier) @name
+(package_identifier) @name
+(ERROR) @error

@@ -33,3 +33,8 @@
 (closure_expression body: (identifier) @reference.value)
 (expression_statement (identifier) @reference.value)
 (block (identifier) @reference.value .)
+
+; --- every name-like node (a declaration unless captured as a reference above), and error regions
+(identifier) @name
+(type_identifier) @name
+(ERROR) @error

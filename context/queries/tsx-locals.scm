@@ -3,3 +3,4 @@
 (jsx_expression (identifier) @reference.value)
 (jsx_opening_element name: (identifier) @reference.call (#match? @reference.call "^[A-Z]"))
 (jsx_self_closing_element name: (identifier) @reference.call (#match? @reference.call "^[A-Z]"))
+(jsx_closing_element name: (identifier) @reference.call (#match? @reference.call "^[A-Z]"))

@@ -1,6 +1,7 @@
 ; Identifiers that are certainly value references in TypeScript (TSX adds tsx-locals.scm).
 ;   @reference.call   a called name          @reference.value  any other use as a value
 ;   @declaration      a name declared in a way the plain binding rules miss (host globals)
+;   @name             any name-like node          @error  a region the parser could not read
 ; Every other identifier in the file counts as a declaration, which keeps the check conservative.
 
 (call_expression function: (identifier) @reference.call)
@@ -50,3 +51,9 @@
     object: (identifier) @_host
     property: (property_identifier) @declaration)
   (#any-of? @_host "window" "globalThis" "global" "self"))
+
+; --- every name-like node (a declaration unless captured as a reference above), and error regions
+(identifier) @name
+(type_identifier) @name
+(shorthand_property_identifier_pattern) @name
+(ERROR) @error
