@@ -1,0 +1,86 @@
+/**
+ * The extension's settings (`glm5.*`): reading, validation, and what the server is sent.
+ *
+ * Role: turn the raw configuration values into one typed `Glm5Settings`, and derive the server's
+ * `initializationOptions` and `workspace/didChangeConfiguration` payload from it. The server's
+ * keys are camelCase (`model`, `maxTokens`, `temperature`, `multiline`, `streaming`).
+ *
+ * Invariants: pure, no `vscode` import; a bad value never throws: it falls back to the default
+ * and yields a problem message that names the setting, the value and what was expected.
+ */
+
+import { expandHome } from './server';
+
+export type Multiline = 'auto' | 'never' | 'always';
+
+export interface Glm5Settings {
+  readonly enable: boolean;
+  readonly pythonPath: string;
+  readonly modelPath: string;
+  readonly maxTokens: number;
+  readonly debounceMs: number;
+  readonly temperature: number;
+  readonly multiline: Multiline;
+}
+
+export const DEFAULT_SETTINGS: Glm5Settings = {
+  enable: true,
+  pythonPath: '',
+  modelPath: '',
+  maxTokens: 64,
+  debounceMs: 150,
+  temperature: 0.2,
+  multiline: 'auto',
+};
+
+type Check = [test: (value: unknown) => boolean, expected: string];
+
+const isInt = (lo: number, hi: number) => (v: unknown) => Number.isInteger(v) && (v as number) >= lo && (v as number) <= hi;
+
+const CHECKS: { [K in keyof Glm5Settings]: Check } = {
+  enable: [(v) => typeof v === 'boolean', 'true or false'],
+  pythonPath: [(v) => typeof v === 'string', 'a path'],
+  modelPath: [(v) => typeof v === 'string', 'a directory path'],
+  maxTokens: [isInt(1, 4096), 'an integer in 1..4096'],
+  debounceMs: [isInt(0, 5000), 'an integer in 0..5000'],
+  temperature: [(v) => typeof v === 'number' && Number.isFinite(v) && v >= 0 && v <= 2, 'a number in 0..2'],
+  multiline: [(v) => v === 'auto' || v === 'never' || v === 'always', '"auto", "never" or "always"'],
+};
+
+export interface SettingsReading {
+  readonly settings: Glm5Settings;
+  readonly problems: string[];
+}
+
+/** Read every setting through `get` (undefined = not set); bad values fall back to defaults. */
+export function readSettings(get: (key: keyof Glm5Settings) => unknown): SettingsReading {
+  const problems: string[] = [];
+  const settings: Record<string, unknown> = {};
+  for (const key of Object.keys(DEFAULT_SETTINGS) as (keyof Glm5Settings)[]) {
+    const value = get(key);
+    const [test, expected] = CHECKS[key];
+    if (value === undefined || test(value)) {
+      settings[key] = value ?? DEFAULT_SETTINGS[key];
+    } else {
+      settings[key] = DEFAULT_SETTINGS[key];
+      problems.push(`glm5.${key}: expected ${expected}, got ${JSON.stringify(value)} (using ${JSON.stringify(DEFAULT_SETTINGS[key])})`);
+    }
+  }
+  return { settings: settings as unknown as Glm5Settings, problems };
+}
+
+/** The settings the server can change while running (`workspace/didChangeConfiguration`). */
+export function serverSettings(s: Glm5Settings): Record<string, unknown> {
+  return { maxTokens: s.maxTokens, temperature: s.temperature, multiline: s.multiline };
+}
+
+/** The server's `initializationOptions`: streaming on, the model only when one is configured. */
+export function initializationOptions(s: Glm5Settings): Record<string, unknown> {
+  const model = expandHome(s.modelPath.trim());
+  return { ...serverSettings(s), streaming: true, ...(model ? { model } : {}) };
+}
+
+/** Whether changing from `a` to `b` needs a server restart (the process or the model differs). */
+export function needsRestart(a: Glm5Settings, b: Glm5Settings): boolean {
+  return a.pythonPath !== b.pythonPath || a.modelPath !== b.modelPath;
+}

@@ -1,0 +1,49 @@
+import assert from 'node:assert/strict';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { test } from 'node:test';
+import { DEFAULT_SETTINGS, initializationOptions, needsRestart, readSettings, serverSettings } from '../src/settings';
+
+const reading = (values: Record<string, unknown>) => readSettings((key) => values[key]);
+
+test('unset settings take the defaults, with no problems', () => {
+  const { settings, problems } = reading({});
+  assert.deepEqual(settings, DEFAULT_SETTINGS);
+  assert.deepEqual(problems, []);
+  assert.ok(DEFAULT_SETTINGS.temperature <= 0.7);
+});
+
+test('valid settings are kept as given', () => {
+  const values = { enable: false, pythonPath: '/opt/py', modelPath: '/m', maxTokens: 200, debounceMs: 0, temperature: 0, multiline: 'never' };
+  const { settings, problems } = reading(values);
+  assert.deepEqual(settings, values);
+  assert.deepEqual(problems, []);
+});
+
+test('a bad value falls back to its default and the problem names the setting and the value', () => {
+  const { settings, problems } = reading({ maxTokens: 0, temperature: 'hot', multiline: 'sometimes', debounceMs: 1.5, enable: 'yes' });
+  assert.equal(settings.maxTokens, DEFAULT_SETTINGS.maxTokens);
+  assert.equal(settings.temperature, DEFAULT_SETTINGS.temperature);
+  assert.equal(settings.multiline, 'auto');
+  assert.equal(settings.debounceMs, DEFAULT_SETTINGS.debounceMs);
+  assert.equal(settings.enable, true);
+  assert.equal(problems.length, 5);
+  assert.match(problems[0], /^glm5\.enable: expected true or false, got "yes"/);
+  assert.ok(problems.some((p) => p.startsWith('glm5.maxTokens: expected an integer in 1..4096, got 0 (using 64)')));
+  assert.ok(problems.some((p) => p.includes('glm5.temperature') && p.includes('"hot"')));
+});
+
+test('initializationOptions turn streaming on and name the model only when one is set', () => {
+  const plain = initializationOptions(DEFAULT_SETTINGS);
+  assert.deepEqual(plain, { maxTokens: 64, temperature: 0.2, multiline: 'auto', streaming: true });
+  const withModel = initializationOptions({ ...DEFAULT_SETTINGS, modelPath: '  ~/models/glm5  ', multiline: 'always' });
+  assert.equal(withModel.model, path.join(os.homedir(), 'models/glm5'));
+  assert.equal(withModel.multiline, 'always');
+});
+
+test('only the interpreter or the model need a restart; the rest is sent as configuration', () => {
+  assert.equal(needsRestart(DEFAULT_SETTINGS, { ...DEFAULT_SETTINGS, maxTokens: 9 }), false);
+  assert.equal(needsRestart(DEFAULT_SETTINGS, { ...DEFAULT_SETTINGS, modelPath: '/m' }), true);
+  assert.equal(needsRestart(DEFAULT_SETTINGS, { ...DEFAULT_SETTINGS, pythonPath: '/py' }), true);
+  assert.deepEqual(serverSettings({ ...DEFAULT_SETTINGS, maxTokens: 9 }), { maxTokens: 9, temperature: 0.2, multiline: 'auto' });
+});
