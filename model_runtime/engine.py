@@ -185,9 +185,9 @@ class Engine:
             tokens = tokens + [seq.draft]
         completes = seq.num_computed + len(tokens) >= len(seq.token_ids)
         logits_from = 0 if not is_prefill else (len(tokens) - 1 if completes else len(tokens))
-        if is_prefill:
-            seq.prefilled_tokens += len(tokens)
-            self._counters["prefill_tokens"] += len(tokens)
+        prompt_fed = max(0, min(seq.prompt_len, seq.num_computed + len(tokens)) - seq.num_computed)
+        seq.prefilled_tokens += prompt_fed
+        self._counters["prefill_tokens"] += prompt_fed
         return Feed(seq.num_computed, tokens, seq.block_table, logits_from)
 
     def _accept(self, seq: Sequence, feed: Feed, logits: torch.Tensor) -> list[int]:

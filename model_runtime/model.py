@@ -33,6 +33,7 @@ from torch import nn
 from model_runtime.config import ModelConfig
 from model_runtime.paged import PagedBatch, indexer_topk, sparse_attention
 from model_runtime.rope import apply_rope, rope_tables
+from model_runtime.topk import stable_topk
 
 
 class RMSNorm(nn.Module):
@@ -237,7 +238,7 @@ class MLA(nn.Module):
 
 
 def _dense_topk(index_scores: torch.Tensor, topk: int) -> torch.Tensor:
-    return index_scores.topk(min(topk, index_scores.shape[-1]), dim=-1).indices
+    return stable_topk(index_scores, topk)[1]
 
 
 def _indexer_kl(probs: torch.Tensor, index_scores: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:

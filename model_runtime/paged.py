@@ -21,6 +21,7 @@ from functools import cached_property
 import torch
 
 from model_runtime.rope import rope_tables
+from model_runtime.topk import stable_topk
 
 
 @dataclass
@@ -156,8 +157,8 @@ def indexer_topk(
             scores = torch.matmul(w[i:j].unsqueeze(0).unsqueeze(-2), torch.relu(s)).squeeze(-2)[0]
             causal = torch.arange(n_keys, device=q.device)[None, :] <= batch.positions[i:j, None]
             scores = scores.masked_fill(~causal, float("-inf"))
-            top = scores.topk(k, dim=-1)
-            out[i:j, :k] = torch.where(torch.isneginf(top.values), -1, slots[top.indices])
+            values, top = stable_topk(scores, k)
+            out[i:j, :k] = torch.where(torch.isneginf(values), -1, slots[top])
     return out
 
 

@@ -86,6 +86,7 @@ class GlmTokenizer:
             tokenizer = Tokenizer.from_file(str(tok_file))
         except Exception as exc:  # tokenizers raises a bare Exception on bad JSON
             raise TokenizerError(f"{tok_file}: cannot be read: {exc}") from exc
+        tokenizer.encode_special_tokens = True  # text such as "<|code_prefix|>" in a file stays text
         ids = {name: tokenizer.token_to_id(text) for name, text in SPECIAL_NAMES.items()}
         eos = _read_eos_ids(path, tokenizer) or ((ids["endoftext"],) if ids["endoftext"] is not None else ())
         return cls(tokenizer, SpecialTokens(**ids, eos_ids=eos), source=str(path))
@@ -95,7 +96,7 @@ class GlmTokenizer:
         return self._tok.get_vocab_size(with_added_tokens=True)
 
     def encode(self, text: str) -> list[int]:
-        """Token ids of `text`; special-token strings inside `text` are *not* treated as special."""
+        """Token ids of `text`; special-token strings inside `text` are encoded as plain text."""
         return self._tok.encode(text, add_special_tokens=False).ids
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:

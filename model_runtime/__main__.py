@@ -1,0 +1,73 @@
+"""`python -m model_runtime generate --model DIR --prompt TEXT`: stream a completion to stdout.
+
+Role: a thin command line over `load_model` + `LoadedModel.generate` for trying a checkpoint.
+Invariant: errors are one line on stderr and a non-zero exit status, never a bare traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m model_runtime", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    gen = sub.add_parser("generate", help="stream a completion of --prompt")
+    gen.add_argument("--model", help="checkpoint directory (default: the embedded model)")
+    gen.add_argument("--prompt", required=True, help="prompt text (use @FILE to read a file)")
+    gen.add_argument("--max-tokens", type=int, default=64)
+    gen.add_argument("--temperature", type=float, default=0.0)
+    gen.add_argument("--top-p", type=float, default=1.0)
+    gen.add_argument("--top-k", type=int, default=0)
+    gen.add_argument("--seed", type=int)
+    gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    gen.add_argument("--mtp", action="store_true", help="speculative decoding with the MTP layer (greedy only)")
+    gen.add_argument("--device", default="cpu")
+    gen.add_argument("--dtype", choices=DTYPES, default="float32")
+    args = parser.parse_args(argv)
+    try:
+        return _generate(args)
+    except (OSError, ValueError, RuntimeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+def _generate(args: argparse.Namespace) -> int:
+    import torch
+
+    from model_runtime.config import EngineConfig
+    from model_runtime.runtime import load_model
+
+    prompt = open(args.prompt[1:]).read() if args.prompt.startswith("@") else args.prompt
+    model = load_model(args.model, device=args.device, dtype=getattr(torch, args.dtype))
+    if model.tokenizer is None:
+        raise ValueError(f"{model.path}: no tokenizer.json, cannot encode a text prompt")
+    ids = model.tokenizer.encode(prompt)
+    if not ids:
+        raise ValueError("the prompt encodes to no tokens")
+    printed = 0
+
+    def stream(event) -> None:
+        nonlocal printed
+        sys.stdout.write(event.text[printed:])
+        sys.stdout.flush()
+        printed = len(event.text)
+
+    start = time.perf_counter()
+    out = model.generate(
+        ids, max_new_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
+        top_k=args.top_k, seed=args.seed, stop_strings=args.stop, callback=stream,
+        engine_config=EngineConfig(use_mtp=args.mtp),
+    )
+    elapsed = time.perf_counter() - start
+    sys.stdout.write("\n")
+    print(f"[{len(out)} tokens in {elapsed:.2f}s, {len(out) / max(elapsed, 1e-9):.1f} tok/s]", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

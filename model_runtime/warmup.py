@@ -1,0 +1,67 @@
+"""Router warm-up: run representative text through every code path before the first completion.
+
+Role: page in the (memory-mapped) weights of the experts the workspace's code actually routes
+to, exercise the dense and sparse attention paths, the indexer, the absorbed decode path and
+the MTP layer, and leave the shared context in the prefix cache.
+
+Invariant: runs on the engine thread through the normal request path (so it warms exactly what
+completions use), draining the engine's command queue between steps so user requests and
+aborts are never starved.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from model_runtime.api import GenerationRequest, ProgressCallback, SamplingParams, WarmupReport
+from model_runtime.model import Gate
+
+if TYPE_CHECKING:
+    from model_runtime.engine import Engine
+
+
+def warmup_prompts(engine: Engine, texts: list[str]) -> list[list[int]]:
+    """Token prompts: each text (capped), plus one longer than index_topk so the sparse path runs."""
+    tok = engine.loaded.tokenizer
+    cfg = engine.loaded.config
+    if tok is None:
+        raise ValueError("warm-up needs a tokenizer, and this checkpoint has none")
+    cap = min(cfg.max_position_embeddings - 8, engine.config.max_cache_tokens // 2)
+    prompts = [ids[:cap] for ids in tok.encode_batch([t for t in texts if t.strip()]) if ids]
+    joined = [t for p in prompts for t in p]
+    if joined and cfg.index_topk + 16 <= cap and not any(len(p) > cfg.index_topk for p in prompts):
+        long = (joined * (cfg.index_topk // len(joined) + 2))[: cfg.index_topk + 16]
+        prompts.append(long)
+    return prompts
+
+
+def run_warmup(engine: Engine, texts: list[str], progress: ProgressCallback | None) -> WarmupReport:
+    return engine.call(lambda: _warm(engine, warmup_prompts(engine, texts), progress))
+
+
+def _warm(engine: Engine, prompts: list[list[int]], progress: ProgressCallback | None) -> WarmupReport:
+    start = time.perf_counter()
+    gates = [m for m in engine.loaded.model.modules() if isinstance(m, Gate)]
+    hit: set[tuple[int, int]] = set()
+    hooks = [
+        g.register_forward_hook(lambda _m, _i, out, layer=i: hit.update((layer, e) for e in out[1].flatten().tolist()))
+        for i, g in enumerate(gates)
+    ]
+    forwards = tokens = 0
+    try:
+        for i, ids in enumerate(prompts):
+            done: list = []
+            engine.add(GenerationRequest(f"warmup-{i}", tuple(ids), SamplingParams(max_tokens=4), priority=-1), None, done.append)
+            while not done:
+                engine._drain(block=False)
+                engine.step()
+            forwards += 1 + done[0].decode_steps
+            tokens += len(ids)
+            if progress is not None:
+                progress((i + 1) / len(prompts), f"warm-up {i + 1}/{len(prompts)}")
+    finally:
+        for h in hooks:
+            h.remove()
+    total = sum(g.weight.shape[0] for g in gates)
+    return WarmupReport(forwards, tokens, len(hit), total, time.perf_counter() - start)

@@ -1,0 +1,167 @@
+"""Loader: layouts (hub per-expert, merged experts, shards), dtypes, memory mapping, clear errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from model_runtime import load_model
+from model_runtime.loader import (
+    CheckpointError, DtypeError, MissingTensorError, ShapeMismatchError, UnexpectedTensorError, UnsupportedModelError,
+)
+from model_runtime.safetensors_mmap import CorruptCheckpointError
+
+
+@pytest.fixture
+def ckpt(tiny_ckpt, tmp_path):
+    """A writable copy of the tiny checkpoint."""
+    dst = tmp_path / "ckpt"
+    shutil.copytree(tiny_ckpt, dst)
+    return dst
+
+
+def rewrite(path, edit):
+    tensors = load_file(path / "model.safetensors")
+    edit(tensors)
+    save_file(tensors, path / "model.safetensors")
+
+
+def ids():
+    return torch.arange(20, 40)
+
+
+def test_missing_tensor_is_named(ckpt):
+    rewrite(ckpt, lambda t: t.pop("model.layers.1.self_attn.kv_b_proj.weight"))
+    with pytest.raises(MissingTensorError, match=r"model\.layers\.1\.self_attn\.kv_b_proj\.weight"):
+        load_model(ckpt)
+
+
+def test_unexpected_tensor_is_named(ckpt):
+    rewrite(ckpt, lambda t: t.__setitem__("model.layers.1.self_attn.extra.weight", torch.zeros(2)))
+    with pytest.raises(UnexpectedTensorError, match=r"model\.layers\.1\.self_attn\.extra\.weight"):
+        load_model(ckpt)
+
+
+def test_layer_beyond_config_is_unexpected(ckpt):
+    rewrite(ckpt, lambda t: t.__setitem__("model.layers.9.input_layernorm.weight", torch.ones(64)))
+    with pytest.raises(UnexpectedTensorError, match=r"model\.layers\.9"):
+        load_model(ckpt)
+
+
+def test_shape_mismatch_is_named(ckpt):
+    rewrite(ckpt, lambda t: t.__setitem__("model.layers.0.self_attn.q_a_proj.weight", torch.zeros(31, 64)))
+    with pytest.raises(ShapeMismatchError, match=r"q_a_proj\.weight.*\(31, 64\).*\(32, 64\)"):
+        load_model(ckpt)
+
+
+def test_wrong_dtype_is_named(ckpt):
+    rewrite(ckpt, lambda t: t.__setitem__("model.norm.weight", torch.ones(64, dtype=torch.int32)))
+    with pytest.raises(DtypeError, match=r"model\.norm\.weight.*int32"):
+        load_model(ckpt)
+
+
+def test_fp8_without_scale_is_a_dtype_error(ckpt):
+    def edit(t):
+        t["model.layers.0.mlp.up_proj.weight"] = t["model.layers.0.mlp.up_proj.weight"].to(torch.float8_e4m3fn)
+    rewrite(ckpt, edit)
+    with pytest.raises(DtypeError, match="weight_scale_inv"):
+        load_model(ckpt)
+
+
+def test_unsupported_model_type(ckpt):
+    config = json.loads((ckpt / "config.json").read_text())
+    (ckpt / "config.json").write_text(json.dumps(config | {"model_type": "deepseek_v3"}))
+    with pytest.raises(UnsupportedModelError, match="deepseek_v3"):
+        load_model(ckpt)
+
+
+def test_truncated_file_names_file_and_tensor(ckpt):
+    data = (ckpt / "model.safetensors").read_bytes()
+    (ckpt / "model.safetensors").write_bytes(data[: len(data) - 1000])
+    with pytest.raises(CorruptCheckpointError, match=r"model\.safetensors.*truncated"):
+        load_model(ckpt)
+
+
+def test_corrupt_header(ckpt):
+    data = (ckpt / "model.safetensors").read_bytes()
+    (n,) = struct.unpack("<Q", data[:8])
+    (ckpt / "model.safetensors").write_bytes(data[:8] + b"{" * n + data[8 + n :])
+    with pytest.raises(CorruptCheckpointError, match="header"):
+        load_model(ckpt)
+
+
+def test_not_safetensors_at_all(ckpt):
+    (ckpt / "model.safetensors").write_bytes(b"PK\x03\x04 this is a zip file")
+    with pytest.raises(CorruptCheckpointError, match="model.safetensors"):
+        load_model(ckpt)
+
+
+def test_missing_config_and_weights(tmp_path):
+    (tmp_path / "a").mkdir()
+    with pytest.raises(CheckpointError, match="config.json"):
+        load_model(tmp_path / "a")
+    with pytest.raises(FileNotFoundError):
+        load_model(tmp_path / "nope")
+
+
+def test_sharded_checkpoint_loads_identically(ckpt, tiny):
+    tensors = load_file(ckpt / "model.safetensors")
+    names = sorted(tensors)
+    halves = {"model-00001-of-00002.safetensors": names[: len(names) // 2], "model-00002-of-00002.safetensors": names[len(names) // 2 :]}
+    weight_map = {}
+    for file, keys in halves.items():
+        save_file({k: tensors[k] for k in keys}, ckpt / file)
+        weight_map |= dict.fromkeys(keys, file)
+    (ckpt / "model.safetensors").unlink()
+    (ckpt / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    assert torch.equal(load_model(ckpt).logits(ids()), tiny.logits(ids()))
+
+
+def test_shard_index_naming_a_missing_tensor(ckpt):
+    (ckpt / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"lm_head.weight": "model.safetensors", "ghost.weight": "model.safetensors"}}))
+    with pytest.raises(MissingTensorError, match="ghost.weight"):
+        load_model(ckpt)
+
+
+def test_merged_expert_layout_loads_identically(ckpt, tiny):
+    def merge(t):
+        for layer in (1, 2, 3):
+            prefix = f"model.layers.{layer}.mlp.experts"
+            experts = sorted({int(k.split(".")[5]) for k in t if k.startswith(prefix + ".")})
+            if not experts:
+                continue
+            gate_up = [torch.cat([t.pop(f"{prefix}.{j}.gate_proj.weight"), t.pop(f"{prefix}.{j}.up_proj.weight")]) for j in experts]
+            down = [t.pop(f"{prefix}.{j}.down_proj.weight") for j in experts]
+            t[f"{prefix}.gate_up_proj"] = torch.stack(gate_up)
+            t[f"{prefix}.down_proj"] = torch.stack(down)
+    rewrite(ckpt, merge)
+    assert torch.equal(load_model(ckpt).logits(ids()), tiny.logits(ids()))
+
+
+def test_bf16_and_fp16_checkpoints(ckpt, tiny):
+    for dtype in (torch.bfloat16, torch.float16):
+        rewrite(ckpt, lambda t: t.update({k: v.to(dtype) if v.dtype == torch.float32 and "gate.weight" not in k and "e_score" not in k else v for k, v in t.items()}))
+        got = load_model(ckpt).logits(ids())
+        assert (got - tiny.logits(ids())).abs().max() < 0.1
+
+
+def test_weights_are_memory_mapped_not_copied(tiny):
+    """Same-dtype tensors view the file's private map: their storage is not owned by torch's allocator."""
+    weight = tiny.model.layers[0].self_attn.q_a_proj.weight
+    storage = weight.untyped_storage()
+    assert storage.nbytes() == weight.numel() * weight.element_size()
+    assert not storage.resizable()
+
+
+def test_bfloat16_runtime_dtype(tiny_ckpt, tiny):
+    bf = load_model(tiny_ckpt, dtype=torch.bfloat16)
+    assert bf.model.layers[1].mlp.gate.weight.dtype == torch.float32  # router stays fp32
+    assert bf.model.layers[0].self_attn.q_a_proj.weight.dtype == torch.bfloat16
+    short = torch.arange(20, 26)  # dense regime: bf16 rounding cannot flip a top-k choice
+    ref = tiny.logits(short)
+    assert ((bf.logits(short).float() - ref).norm() / ref.norm()) < 0.03
