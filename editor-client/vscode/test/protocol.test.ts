@@ -60,6 +60,11 @@ test('real server: initialize, stream an inline completion, shut down', { skip: 
   let stderr = '';
   child.stderr.on('data', (data: Buffer) => (stderr += data.toString()));
   const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  const died = exited.then((code) => {
+    throw new Error(`the server exited early (code ${code}): ${stderr.slice(-3000)}`);
+  });
+  died.catch(() => {});
+  const alive = <T>(pending: Promise<T>): Promise<T> => Promise.race([pending, died]);
 
   const sent: number[] = [];
   const writer = observeWriter(new StreamMessageWriter(child.stdin), (m) => {
@@ -81,25 +86,27 @@ test('real server: initialize, stream an inline completion, shut down', { skip: 
     const rootUri = pathToFileURL(root).toString();
     const initializationOptions: Record<string, unknown> = { streaming: true, maxTokens: 16, temperature: 0, multiline: 'always' };
     if (process.env.GLM5_MODEL) initializationOptions.model = process.env.GLM5_MODEL;
-    const init = (await connection.sendRequest('initialize', {
+    const init = (await alive(connection.sendRequest('initialize', {
       processId: process.pid,
       rootUri,
       workspaceFolders: [{ uri: rootUri, name: 'ws' }],
       capabilities: { window: { workDoneProgress: true }, textDocument: { inlineCompletion: { dynamicRegistration: false } } },
       initializationOptions,
-    })) as { capabilities: { inlineCompletionProvider?: unknown } };
+    }))) as { capabilities: { inlineCompletionProvider?: unknown } };
     assert.ok(init.capabilities.inlineCompletionProvider, 'the server advertises inlineCompletionProvider');
     await connection.sendNotification('initialized', {});
-    await until('glm5/status ready', () => statuses.includes('ready') || statuses.includes('error'), 150_000);
+    await alive(until('glm5/status ready', () => statuses.includes('ready') || statuses.includes('error'), 150_000));
     assert.ok(!statuses.includes('error'), `the server reported an error: ${stderr.slice(-2000)}`);
 
     const uri = pathToFileURL(main).toString();
     await connection.sendNotification('textDocument/didOpen', { textDocument: { uri, languageId: 'python', version: 1, text } });
-    const result = (await connection.sendRequest('textDocument/inlineCompletion', {
-      textDocument: { uri },
-      position: { line: 6, character: 18 },
-      context: { triggerKind: 1 },
-    })) as { items: { insertText: string | { value: string } }[] } | { insertText: string }[] | null;
+    const result = (await alive(
+      connection.sendRequest('textDocument/inlineCompletion', {
+        textDocument: { uri },
+        position: { line: 6, character: 18 },
+        context: { triggerKind: 1 },
+      }),
+    )) as { items: { insertText: string | { value: string } }[] } | { insertText: string }[] | null;
 
     const items = Array.isArray(result) ? result : result?.items ?? [];
     assert.equal(sent.length, 1);
