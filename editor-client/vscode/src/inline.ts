@@ -68,6 +68,9 @@ function editorIsAt(key: StreamSession<Items>['key']): boolean {
 
 /** What the editor is shown for `session` now: the final items, the text so far, or nothing. */
 function present(session: StreamSession<Items>, position: vscode.Position, deps: InlineDeps): Items | null {
+  if (session.cancelled) {
+    return null;
+  }
   if (session.finished) {
     const items = session.final ?? [];
     if (items.length > 0) {
@@ -82,7 +85,7 @@ function present(session: StreamSession<Items>, position: vscode.Position, deps:
   return null;
 }
 
-/** Resolves when the session first has something to show, or when `token` is cancelled. */
+/** Resolves when the session first has something to show or ends, or when `token` is cancelled. */
 function firstUpdate(session: StreamSession<Items>, token: vscode.CancellationToken): Promise<void> {
   return new Promise((resolve) => {
     session.onUpdate(resolve);

@@ -42,7 +42,7 @@ export class StreamSession<T> {
     private readonly onCancel: () => void,
   ) {}
 
-  /** Call `listener` whenever the text so far or the final answer changes. */
+  /** Call `listener` whenever the text so far or the final answer changes, or the session is cancelled. */
   onUpdate(listener: () => void): void {
     this.listeners.push(listener);
   }
@@ -55,6 +55,7 @@ export class StreamSession<T> {
     if (this.live) {
       this.cancelled = true;
       this.onCancel();
+      this.emit();
     }
   }
 

@@ -23,11 +23,14 @@ test('beginning a new session cancels the previous one, whose late progress is d
   const tracker = new StreamTracker<string[]>();
   let cancelled = 0;
   const old = tracker.begin(key(1), () => (cancelled += 1));
+  let oldUpdates = 0;
+  old.onUpdate(() => (oldUpdates += 1));
   tracker.requestSent(1, 'file:///ws/a.py', 3, 4);
   const fresh = tracker.begin(key(2, 5), () => {});
   tracker.requestSent(2, 'file:///ws/a.py', 3, 5);
   assert.equal(cancelled, 1);
   assert.equal(old.cancelled, true);
+  assert.equal(oldUpdates, 1, 'waiters on the old session are released');
   assert.equal(tracker.progress(1, 'stale text'), undefined);
   assert.equal(old.text, '');
   assert.equal(tracker.progress(2, 'fresh'), fresh);
