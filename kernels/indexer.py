@@ -68,9 +68,11 @@ def _indexer_scores_kernel(
         offs_h = tl.arange(0, BLOCK_HI)
         offs_d = tl.arange(0, BLOCK_D)
         d_ok = offs_d < D
-        k = tl.load(cache_ptr + slot[:, None] * stride_slot + offs_d[None, :], mask=ok[:, None] & d_ok[None, :], other=0.0)
+        k_ptrs = cache_ptr + slot[:, None] * stride_slot + offs_d[None, :]
+        k = tl.load(k_ptrs, mask=ok[:, None] & d_ok[None, :], other=0.0)
         q_mask = (offs_h[:, None] < Hi) & d_ok[None, :]
-        q = tl.load(q_ptr + s * stride_qs + offs_h[:, None] * stride_qh + offs_d[None, :], mask=q_mask, other=0.0)
+        q_ptrs = q_ptr + s * stride_qs + offs_h[:, None] * stride_qh + offs_d[None, :]
+        q = tl.load(q_ptrs, mask=q_mask, other=0.0)
         if DOT_FP32:
             k = k.to(tl.float32)
             q = q.to(tl.float32)

@@ -138,7 +138,8 @@ def _sparse_mla_combine_kernel(
     )
     out = tl.sum(part * w[:, None], 0) / tl.where(lonely, 1.0, total)
     lse = tl.where(lonely, float("inf"), m + tl.log(tl.where(lonely, 1.0, total)))
-    tl.store(out_ptr + s.to(tl.int64) * stride_os + h * stride_oh + offs_v, out.to(out_ptr.dtype.element_ty), mask=v_ok)
+    out_row = out_ptr + s.to(tl.int64) * stride_os + h * stride_oh
+    tl.store(out_row + offs_v, out.to(out_ptr.dtype.element_ty), mask=v_ok)
     tl.store(lse_ptr + s.to(tl.int64) * stride_ls + h * stride_lh, lse)
 
 
@@ -185,7 +186,7 @@ def sparse_mla_attention_ref(
     out = q.new_empty(num_q, heads, d_v)
     lse = torch.empty(num_q, heads, dtype=torch.float32, device=q.device)
     k = indices.shape[1]
-    per_query = 4 * (k * dim + 4 * heads * k + heads * (dim + d_v))
+    per_query = 4 * (k * dim + 3 * heads * k + heads * (dim + d_v))
     for rows in chunks(num_q, rows_per_chunk(per_query)):
         out[rows], lse[rows] = _attend_chunk(q[rows], kv, indices[rows].long(), sm_scale, d_v)
     return out, lse
@@ -194,35 +195,31 @@ def sparse_mla_attention_ref(
 def _attend_chunk(
     q: torch.Tensor, kv: torch.Tensor, idx: torch.Tensor, sm_scale: float, d_v: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """q [c, H, D] against kv [slots, D] at idx [c, K] (int64) -> (out [c, H, d_v], lse [c, H])."""
-    valid = (idx >= 0) & (idx < kv.shape[0])
-    keys, key_of = _gathered_keys(kv, idx.where(valid, 0))
-    scores = torch.matmul(q.float(), keys.transpose(1, 2)) * sm_scale  # [c, H, K] or [c, H, U]
-    if key_of is not None:
-        scores = scores.gather(2, key_of.expand(-1, q.shape[1], -1))
-    scores.masked_fill_(~valid[:, None, :], float("-inf"))
-    lse = torch.logsumexp(scores, dim=2)
-    lonely = lse == float("-inf")
-    probs = torch.exp(scores.sub_(lse.masked_fill(lonely, 0.0)[..., None]))
-    if key_of is not None:
-        shape = (*probs.shape[:2], keys.shape[1])
-        probs = probs.new_zeros(shape).scatter_add_(2, key_of.expand_as(probs), probs)
-    out = torch.matmul(probs, keys[..., :d_v])
-    return out.to(q.dtype), lse.masked_fill(lonely, float("inf"))
-
-
-def _gathered_keys(kv: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The fp32 key rows a chunk reads, and where each index finds its row.
+    """q [c, H, D] against kv [slots, D] at idx [c, K] (int64) -> (out [c, H, d_v], lse [c, H]).
 
     When the chunk's queries share keys (prefill: every query sees the same prefix), the union
-    of their U slots is gathered once: keys [1, U, D] and key_of [c, 1, K] positions into it.
-    Otherwise each query gathers its own rows: keys [c, K, D] and key_of None. The shared form
-    is used only when U <= K, so it never does more work than the per-query form.
+    of their U slots is gathered once and each query weighs key u by how often it lists it
+    (scores + ln count: -inf for keys it does not list). Otherwise each query gathers its own
+    K rows. The shared form is used only when U <= K, so it never does more work.
     """
+    valid = (idx >= 0) & (idx < kv.shape[0])
+    idx = idx.where(valid, 0)
     slots, inverse = torch.unique(idx, return_inverse=True)
     if slots.numel() <= idx.shape[1]:
-        return kv[slots].float()[None], inverse[:, None, :]
-    return kv[idx].float(), None
+        keys = kv[slots].float()  # [U, D]
+        counts = keys.new_zeros(idx.shape[0], slots.numel()).scatter_add_(1, inverse, valid.float())
+        scores = torch.matmul(q.float(), keys.T).mul_(sm_scale).add_(counts.log_()[:, None, :])
+        values = keys[:, :d_v]
+    else:
+        keys = kv[idx].float()  # [c, K, D]
+        scores = torch.matmul(q.float(), keys.transpose(1, 2)).mul_(sm_scale)
+        scores.masked_fill_(~valid[:, None, :], float("-inf"))
+        values = keys[..., :d_v]
+    lse = torch.logsumexp(scores, dim=2)
+    lonely = lse == float("-inf")
+    probs = scores.sub_(lse.masked_fill(lonely, 0.0)[..., None]).exp_()
+    out = torch.matmul(probs, values)
+    return out.to(q.dtype), lse.masked_fill(lonely, float("inf"))
 
 
 def sparse_mla_attention_triton(

@@ -130,7 +130,9 @@ BAD_ARGS = {
 }
 
 
-@pytest.mark.parametrize("twin", SCORE_TWINS + TOPK_TWINS, ids=["scores-ref", "scores-triton", "topk-ref", "topk-triton"])
+@pytest.mark.parametrize(
+    "twin", SCORE_TWINS + TOPK_TWINS, ids=["scores-ref", "scores-triton", "topk-ref", "topk-triton"]
+)
 @pytest.mark.parametrize("message", BAD_ARGS, ids=list(BAD_ARGS))
 def test_bad_arguments_raise_a_clear_error(twin, message):
     args = _good_args()

@@ -25,7 +25,8 @@ def test_reference_equals_hugging_face_after_deinterleaving(gen):
     x = torch.randn(5, 4, 64, generator=gen)
     cos, sin = _angles(5, 64)
     got = rope.rope_interleaved_ref(x, cos, sin)
-    hf, _ = apply_rotary_pos_emb_interleave(x, x, torch.cat([cos, cos], -1), torch.cat([sin, sin], -1), unsqueeze_dim=1)
+    hf_cos, hf_sin = torch.cat([cos, cos], -1), torch.cat([sin, sin], -1)  # HF's cat(freqs, freqs) tables
+    hf, _ = apply_rotary_pos_emb_interleave(x, x, hf_cos, hf_sin, unsqueeze_dim=1)
     assert torch.equal(torch.cat([got[..., 0::2], got[..., 1::2]], -1), hf)
 
 
@@ -50,7 +51,8 @@ def test_triton_matches_reference_on_a_strided_view(dtype, device, gen):
 def test_triton_handles_a_rotary_dim_that_is_not_a_power_of_two(device, gen):
     x = torch.randn(3, 2, 12, generator=gen).to(device)
     cos, sin = (t.to(device) for t in _angles(3, 12))
-    TOLERANCES[torch.float32].check("rope", rope.rope_interleaved_triton(x, cos, sin), rope.rope_interleaved_ref(x, cos, sin))
+    got, want = rope.rope_interleaved_triton(x, cos, sin), rope.rope_interleaved_ref(x, cos, sin)
+    TOLERANCES[torch.float32].check("rope", got, want)
 
 
 BAD_ARGS = {
