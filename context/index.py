@@ -16,6 +16,7 @@ Invariants:
 
 from __future__ import annotations
 
+import builtins
 import logging
 import os
 import re
@@ -33,6 +34,8 @@ from context.tags import Definition, FileTags, Import, Reference, tags_of_text
 log = logging.getLogger(__name__)
 
 Progress = Callable[[int, int, str], None]  # (files done, files total, current path)
+MEMBER_KINDS = frozenset({"method", "field", "variant"})
+_PYTHON_BUILTINS = frozenset(dir(builtins))
 _WORD = re.compile(r"[A-Za-z_$][\w$]*")
 
 
@@ -202,12 +205,16 @@ class WorkspaceIndex:
         return None
 
     def most_imported(self, n: int) -> list[Definition]:
-        """The `n` definitions used by the most other files (for warm-up), ambiguity discounted."""
+        """The `n` definitions used by the most other files (for warm-up), ambiguity discounted.
+        Only free-standing definitions count (not methods or fields: calls through `x.name(...)`
+        have an unknown target), and not those shadowing a builtin of their language."""
         with self._lock:
             scored: list[tuple[float, str, Definition]] = []
             for name, definitions in self._definitions.items():
-                users = {r.path for r in self._references.get(name, ())}
+                users = {r.path for r in self._references.get(name, ()) if r.kind != "method"}
                 for definition in definitions:
+                    if definition.kind in MEMBER_KINDS or _is_builtin(name, definition.path):
+                        continue
                     others = len(users - {definition.path})
                     if others:
                         scored.append((others / len(definitions), definition.path, definition))
@@ -298,6 +305,13 @@ class WorkspaceIndex:
                 importers.discard(path)
                 if not importers:
                     del self._importers[target]
+
+
+def _is_builtin(name: str, path: str) -> bool:
+    language = language_for(None, path)
+    if language is None:
+        return False
+    return name in (_PYTHON_BUILTINS if language.name == "python" else language.globals)
 
 
 def _drop(table: dict[str, list], names: Counter[str], path: str) -> None:

@@ -166,6 +166,20 @@ class TextIndex:
     def position_of_byte(self, byte: int) -> Position:
         return self.position_at(self.offset_of_byte(byte))
 
+    def position_of_point(self, byte: int, point: tuple[int, int]) -> Position:
+        """Position of a tree-sitter node boundary given as both a byte offset and a point; the
+        point gives it without searching when rows and lines agree (no lone "\r")."""
+        row, column = point
+        if not self._rows_are_lines or row >= len(self._starts):
+            return self.position_of_byte(byte)
+        if self._ascii:
+            return Position(row, min(column, self._ends[row] - self._starts[row]))
+        line = self.line(row)
+        if line.isascii():
+            return Position(row, min(column, len(line)))
+        head = encode_text(line)[:column].decode("utf-8", "ignore")
+        return Position(row, utf16_length(head))
+
     def point_at(self, offset: int) -> tuple[int, int]:
         """Tree-sitter point (row, byte column) of string offset `offset`; rows end at "\\n" only."""
         offset = min(max(offset, 0), len(self.text))

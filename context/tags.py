@@ -15,7 +15,7 @@ Invariants:
 
 from __future__ import annotations
 
-import textwrap
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 SNIPPET_LINES = 24
 SNIPPET_CHARS = 1600
+_EOL = re.compile(r"\r\n|\r|\n")
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +48,7 @@ class Reference:
     name: str
     path: str
     range: Range
-    kind: str = "call"  # call, class, type, import, macro, trait
+    kind: str = "call"  # call, method (a call through `x.`), class, type, import, macro, trait
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,32 +134,38 @@ class _Collector:
         return FileTags(tuple(definitions), tuple(references), tuple(imports))
 
     def range(self, node: ts.Node) -> Range:
-        return Range(self.lines.position_of_byte(node.start_byte), self.lines.position_of_byte(node.end_byte))
+        lines = self.lines
+        return Range(
+            lines.position_of_point(node.start_byte, node.start_point),
+            lines.position_of_point(node.end_byte, node.end_point),
+        )
 
     def _definition(self, pattern: int, kind: str, name: ts.Node, captures: dict[str, list[ts.Node]]) -> None:
         key = name.byte_range
         if key in self.definitions and self.definitions[key][0] <= pattern:
             return
-        body = captures.get(f"definition.{kind}", [name])[0]
-        snippet = self._snippet(body)
-        definition = Definition(_text(name), kind, self.path, self.range(name), self.range(body), snippet)
+        body = self.range(captures.get(f"definition.{kind}", [name])[0])
+        definition = Definition(_text(name), kind, self.path, self.range(name), body, self._snippet(body))
         self.definitions[key] = (pattern, definition)
 
-    def _snippet(self, body: ts.Node) -> str:
-        start = self.lines.offset_of_byte(body.start_byte)
-        end = self.lines.offset_of_byte(body.end_byte)
-        first = self.lines.position_at(start).line
-        text = textwrap.dedent(self.lines.text[self.lines.line_start(first) : end])
-        lines = text.splitlines()
-        if len(lines) <= SNIPPET_LINES and len(text) <= SNIPPET_CHARS:
-            return text
-        kept: list[str] = []
-        for line in lines[:SNIPPET_LINES]:
-            if sum(len(k) + 1 for k in kept) + len(line) > SNIPPET_CHARS:
+    def _snippet(self, body: Range) -> str:
+        """The definition's whole lines, dedented, cut to SNIPPET_LINES / SNIPPET_CHARS."""
+        lines = self.lines
+        first, last = body.start.line, body.end.line
+        shown = min(last, first + SNIPPET_LINES - 1)
+        end = lines.offset_at(body.end) if shown == last else lines.line_end(shown)
+        kept = _dedent(_split_lines(lines.text[lines.line_start(first) : end]))
+        size, count = 0, 0
+        for count, line in enumerate(kept, start=1):
+            size += len(line) + 1
+            if size > SNIPPET_CHARS:
+                count -= 1
                 break
-            kept.append(line)
-        last = kept[-1] if kept else ""
-        indent = last[: len(last) - len(last.lstrip())]
+        else:
+            if shown == last:
+                return "\n".join(kept)
+        kept = kept[: max(count, 1)]
+        indent = kept[-1][: len(kept[-1]) - len(kept[-1].lstrip())]
         return "\n".join([*kept, f"{indent}{self.language.comment_prefix} ..."])
 
     def _import(self, captures: dict[str, list[ts.Node]]) -> None:
@@ -254,6 +261,22 @@ def _rust_path(node: ts.Node) -> tuple[str, ...]:
         head = _rust_path(path) if path is not None else ()
         return (*head, _text(name)) if name is not None else head
     return (_text(node),)
+
+
+def _split_lines(text: str) -> list[str]:
+    return _EOL.split(text)
+
+
+def _dedent(lines: list[str]) -> list[str]:
+    """Remove the indentation all non-blank lines share (blank lines become empty)."""
+    code = [line for line in lines if line.strip()]
+    if not code:
+        return [""] * len(lines)
+    width = min(len(line) - len(line.lstrip()) for line in code)
+    prefix = code[0][:width]
+    if not all(line.startswith(prefix) for line in code):
+        return [line if line.strip() else "" for line in lines]
+    return [line[width:] if line.strip() else "" for line in lines]
 
 
 def _text(node: ts.Node) -> str:

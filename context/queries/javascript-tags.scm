@@ -54,7 +54,7 @@
 (call_expression function: (identifier) @name.reference.call)
 
 (call_expression
-  function: (member_expression property: (property_identifier) @name.reference.call))
+  function: (member_expression property: (property_identifier) @name.reference.method))
 
 (new_expression constructor: (identifier) @name.reference.class)
 

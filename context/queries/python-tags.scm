@@ -1,7 +1,7 @@
 ; Tags of a Python file: definitions, references and imports.
 ; Captures (shared by every *-tags.scm):
 ;   @name.definition.<kind>  the defined name      @definition.<kind>  the whole definition
-;   @name.reference.<kind>   a use of a name
+;   @name.reference.<kind>   a use of a name (kind "method" for `x.name(...)`, whose target is unknown)
 ;   @import                  an import statement   @import.module      the module it names
 ;   @import.name             one imported name     @import.wildcard    a `*` / namespace import
 ; When one name matches several patterns, the first pattern wins (methods before functions).
@@ -38,7 +38,7 @@
 ; --- references
 (call function: (identifier) @name.reference.call)
 
-(call function: (attribute attribute: (identifier) @name.reference.call))
+(call function: (attribute attribute: (identifier) @name.reference.method))
 
 (decorator (identifier) @name.reference.call)
 

@@ -43,7 +43,7 @@
 
 (call_expression function: (scoped_identifier name: (identifier) @name.reference.call))
 
-(call_expression function: (field_expression field: (field_identifier) @name.reference.call))
+(call_expression function: (field_expression field: (field_identifier) @name.reference.method))
 
 (macro_invocation macro: (identifier) @name.reference.macro)
 

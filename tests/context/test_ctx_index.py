@@ -126,11 +126,17 @@ def test_rescan_applies_new_ignore_rules(workspace: tuple[Path, Path]) -> None:
 
 def test_most_imported_prefers_definitions_used_across_files(workspace: tuple[Path, Path]) -> None:
     app, lib = workspace
+    write(app, {
+        "shadow.py": "class Box:\n    def append(self, x):\n        pass\n\ndef len(x):\n    return 0\n",
+        "user1.py": "items = []\nitems.append(len(items))\n",
+        "user2.py": "x = []\nx.append(len(x))\n",
+    })
     index = WorkspaceIndex([app, lib])
     index.build()
-    top = [d.name for d in index.most_imported(3)]
+    top = [d.name for d in index.most_imported(5)]
     assert top[0] == "parse_config"  # used by two other files
     assert "unused" not in top
+    assert "append" not in top and "len" not in top  # a method, and a builtin's name
 
 
 def test_reads_while_updating_from_another_thread(workspace: tuple[Path, Path]) -> None:

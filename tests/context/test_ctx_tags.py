@@ -87,7 +87,7 @@ def test_python_tags() -> None:
     tags = extract_tags(snapshot(PYTHON, "python"))
     assert kinds(tags) == [("Store", "class"), ("limit", "field"), ("add", "method"), ("helper", "function"), ("CACHE", "variable")]
     refs = {(r.name, r.kind) for r in tags.references}
-    assert {("Base", "class"), ("save", "call"), ("add", "call"), ("User", "type"), ("dataclass", "call")} <= refs
+    assert {("Base", "class"), ("save", "call"), ("add", "method"), ("User", "type"), ("dataclass", "call")} <= refs
     imports = [(i.module, i.names, i.wildcard) for i in tags.imports]
     assert imports == [("os.path", (), False), ("json", (), False), (".models", ("User", "Order"), False), ("..shared", (), True)]
 
@@ -118,7 +118,7 @@ def test_typescript_tags() -> None:
         ("id", "field"), ("render", "method"), ("make", "function"), ("arrow", "function"), ("VERSION", "variable"),
     ]
     refs = {(r.name, r.kind) for r in tags.references}
-    assert {("Widget", "class"), ("load", "call"), ("Base", "class"), ("Props", "type")} <= refs
+    assert {("Widget", "class"), ("load", "method"), ("Base", "class"), ("Props", "type")} <= refs
     imports = [(i.module, i.names, i.wildcard) for i in tags.imports]
     assert imports == [
         ("react", ("useState", "React"), False),
