@@ -7,15 +7,19 @@ Maths, for query s of sequence b = seq_ids[s] and key position t:
     I[s, t] = Σ_h weights[s, h] · ReLU(softmax_scale · q[s, h]·k[t])    (ReLU per head, then a
     signed weighted sum; the caller has already folded Hi^-½ into the weights)
     I[s, t] = -inf when t > positions[s], t >= seq_lens[b], or the key's block is unused (< 0).
-    topk[s] = the physical slots of the k = min(topk, number of finite scores) best keys, -1 after.
+    topk[s] = the physical slots of the k = min(topk, number of finite scores) best keys in
+    key-position order, -1 after; ties at the k-th score go to the lowest positions.
 
 Invariants:
 - `indexer_scores` returns [S, T] with T = MB · BS, the block table's capacity, so that its shape
   never depends on tensor values (no host synchronisation; CUDA-graph friendly).
 - A block id outside [0, NB) or a seq_id outside [0, B) is never read: those keys are -inf.
 - `indexer_topk` chunks over queries in both twins, so its memory stays bounded at any length.
-- Order among equal scores is unspecified (ReLU makes many scores exactly 0): compare selections
-  modulo ties.
+- Top-k is deterministic: ties (ReLU makes many scores exactly 0) go to the lowest positions, so
+  a query selects the same keys in a full prefill, a chunked prefill and a decode step. Selected
+  slots come in key-position order (memory order within a block, for the attention's gathers).
+  Twins may still differ where two scores are within rounding of each other: compare selections
+  modulo near-ties.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from kernels.validate import (
 
 SCORES = "indexer_scores"
 TOPK = "indexer_topk"
+SELECT_BYTES = 40  # temporaries per score while selecting: masks, running counts, slots
 
 
 @triton.jit
@@ -145,7 +150,7 @@ def _score_rows(
 
 
 def _ref_chunks(q: torch.Tensor, table_width: int) -> int:
-    return rows_per_chunk(4 * table_width * (q.shape[1] + 3))
+    return rows_per_chunk(table_width * (4 * q.shape[1] + SELECT_BYTES))
 
 
 def indexer_scores_ref(
@@ -183,15 +188,25 @@ def indexer_topk_ref(
 
 
 def _select(scores: torch.Tensor, slots: torch.Tensor, seq_ids: torch.Tensor, topk: int) -> torch.Tensor:
-    """[c, topk] int32 slots of the best finite scores of each row, -1 padded."""
-    out = torch.full((scores.shape[0], topk), -1, dtype=torch.int32, device=scores.device)
+    """[c, topk] int32 slots of each row's best finite scores in key-position order, -1 padded.
+
+    Ties at the k-th score go to the lowest positions, so a query selects the same keys whatever
+    the row width (full prefill, chunked prefill, decode); torch.topk alone does not promise that.
+    """
+    out = torch.full((scores.shape[0], topk + 1), -1, dtype=torch.int32, device=scores.device)
     k = min(topk, scores.shape[1])
     if k == 0 or slots.shape[0] == 0:
-        return out
-    values, cols = scores.topk(k, dim=1)
-    rows_slots = slots[seq_ids.long().clamp(0, slots.shape[0] - 1)].gather(1, cols)
-    out[:, :k] = rows_slots.masked_fill(values == float("-inf"), -1).int()
-    return out
+        return out[:, :topk]
+    kth = scores.topk(k, dim=1).values[:, -1:]
+    finite = scores > float("-inf")
+    above = (scores > kth) & finite
+    ties = (scores == kth) & finite
+    room = k - above.sum(1, keepdim=True)
+    chosen = above | (ties & (ties.cumsum(1) <= room))
+    dest = (chosen.cumsum(1) - 1).masked_fill_(~chosen, topk)  # unchosen land in a spare column
+    row_slots = slots[seq_ids.long().clamp(0, slots.shape[0] - 1)]
+    out.scatter_(1, dest, row_slots.int().masked_fill_(~chosen, -1))
+    return out[:, :topk]
 
 
 def _launch_scores(
@@ -246,7 +261,8 @@ def indexer_topk_triton(
     """Physical slots of each query's `topk` best keys by indexer score (Triton scores + torch.topk).
 
     Arguments as `indexer_scores_triton`, plus topk >= 1.
-    returns: [S, topk] int32 slots; k = min(topk, visible keys) are selected, the rest are -1
+    returns: [S, topk] int32 slots in key-position order; k = min(topk, visible keys) are selected
+             (ties at the k-th score to the lowest positions), the rest are -1
     """
     _validate(q, weights, index_cache, block_table, seq_ids, positions, seq_lens, softmax_scale, TOPK)
     check_int(TOPK, "topk", topk, minimum=1)
@@ -254,7 +270,7 @@ def indexer_topk_triton(
     num_blocks, block_size, _ = index_cache.shape
     slots = key_slots(block_table, num_blocks, block_size)
     out = torch.full((q.shape[0], topk), -1, dtype=torch.int32, device=q.device)
-    for rows in chunks(q.shape[0], rows_per_chunk(4 * slots.shape[1])):
+    for rows in chunks(q.shape[0], rows_per_chunk(SELECT_BYTES * slots.shape[1])):
         scores = torch.empty(rows.stop - rows.start, slots.shape[1], device=q.device)
         args = (q[rows], weights[rows], index_cache, block_table, seq_ids[rows], positions[rows])
         _launch_scores(*args, seq_lens, softmax_scale, scores)

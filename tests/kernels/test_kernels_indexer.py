@@ -83,6 +83,23 @@ def test_topk_is_exactly_dense_when_every_key_fits(twin, device, gen):
         assert (got[s, len(causal) :] == -1).all()
 
 
+@pytest.mark.parametrize("twin", TOPK_TWINS, ids=["ref", "triton"])
+def test_topk_breaks_ties_toward_the_earliest_keys_and_lists_them_in_position_order(twin, device, gen):
+    """A zero query scores every key exactly 0: the selection is then the first k positions."""
+    layout = paged_layout([23, 9], BS, gen, spare_blocks=2)
+    seq_ids, positions = torch.tensor([0, 1, 0]), torch.tensor([22, 8, 5])
+    q = torch.randn(3, HI, DI, generator=gen)
+    q[0] = 0.0
+    cache = torch.randn(layout.num_blocks, BS, DI, generator=gen)
+    args = (q, torch.randn(3, HI, generator=gen), cache, layout.block_table, seq_ids, positions, layout.seq_lens)
+    got = twin(*(t.to(device) for t in args), 0.3, 7).cpu()
+    assert got[0].tolist() == layout.slots(0)[:7].tolist()
+    for s, b in ((1, 1), (2, 0)):  # distinct scores: whatever is chosen comes in position order
+        order = {slot: t for t, slot in enumerate(layout.slots(b).tolist())}
+        chosen = [order[slot] for slot in got[s].tolist() if slot >= 0]
+        assert chosen == sorted(chosen)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 def test_triton_scores_match_reference(dtype, device, gen):
     args = [t.to(device) for t in _inputs(gen, dtype)]
