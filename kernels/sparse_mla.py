@@ -117,30 +117,26 @@ def _sparse_mla_combine_kernel(
     stride_os, stride_oh, stride_ls, stride_lh,
     D_V: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_SPLIT: tl.constexpr,
 ):  # fmt: skip
-    s = tl.program_id(0) // H
+    s = (tl.program_id(0) // H).to(tl.int64)
     h = tl.program_id(0) % H
     offs_sp = tl.arange(0, BLOCK_SPLIT)
     offs_v = tl.arange(0, BLOCK_DV)
-    sp_ok = offs_sp < num_splits
     v_ok = offs_v < D_V
-    part_lse = tl.load(
-        part_lse_ptr + s.to(tl.int64) * stride_pls + h * stride_plh + offs_sp,
-        mask=sp_ok, other=float("-inf"),
-    )
+    lse_row = part_lse_ptr + s * stride_pls + h * stride_plh
+    part_lse = tl.load(lse_row + offs_sp, mask=offs_sp < num_splits, other=float("-inf"))
     m = tl.max(part_lse, 0)
     lonely = m == float("-inf")
-    w = tl.exp(part_lse - tl.where(lonely, 0.0, m))
-    total = tl.sum(w, 0)
-    part = tl.load(
-        part_out_ptr + s.to(tl.int64) * stride_pos + h * stride_poh
-        + offs_sp[:, None] * stride_posp + offs_v[None, :],
-        mask=sp_ok[:, None] & v_ok[None, :], other=0.0,
-    )
-    out = tl.sum(part * w[:, None], 0) / tl.where(lonely, 1.0, total)
+    m_base = tl.where(lonely, 0.0, m)
+    total = tl.sum(tl.exp(part_lse - m_base), 0)
+    acc = tl.zeros([BLOCK_DV], tl.float32)
+    part_row = part_out_ptr + s * stride_pos + h * stride_poh
+    for sp in range(0, num_splits):
+        weight = tl.exp(tl.load(lse_row + sp) - m_base)
+        acc += weight * tl.load(part_row + sp * stride_posp + offs_v, mask=v_ok, other=0.0)
+    out = acc / tl.where(lonely, 1.0, total)
     lse = tl.where(lonely, float("inf"), m + tl.log(tl.where(lonely, 1.0, total)))
-    out_row = out_ptr + s.to(tl.int64) * stride_os + h * stride_oh
-    tl.store(out_row + offs_v, out.to(out_ptr.dtype.element_ty), mask=v_ok)
-    tl.store(lse_ptr + s.to(tl.int64) * stride_ls + h * stride_lh, lse)
+    tl.store(out_ptr + s * stride_os + h * stride_oh + offs_v, out.to(out_ptr.dtype.element_ty), mask=v_ok)
+    tl.store(lse_ptr + s * stride_ls + h * stride_lh, lse)
 
 
 def split_plan(num_queries: int, head_blocks: int, k: int, block_k: int, target: int) -> tuple[int, int]:

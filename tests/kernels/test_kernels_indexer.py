@@ -118,12 +118,12 @@ def test_triton_scores_match_reference_across_key_tiles(device, gen):
 
 
 @pytest.mark.parametrize("twin", SCORE_TWINS, ids=["ref", "triton"])
-def test_empty_block_table_gives_no_columns(twin):
+def test_empty_block_table_gives_no_columns(twin, device):
     q, w = torch.randn(2, HI, DI), torch.randn(2, HI)
     table = torch.empty(1, 0, dtype=torch.int32)
-    ids = torch.zeros(2, dtype=torch.int64)
-    got = twin(q, w, torch.randn(1, BS, DI), table, ids, ids, torch.zeros(1, dtype=torch.int64), 0.3)
-    assert got.shape == (2, 0)
+    ids, lens = torch.zeros(2, dtype=torch.int64), torch.zeros(1, dtype=torch.int64)
+    args = (q, w, torch.randn(1, BS, DI), table, ids, ids, lens)
+    assert twin(*(t.to(device) for t in args), 0.3).shape == (2, 0)
 
 
 def _good_args():
