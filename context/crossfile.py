@@ -94,7 +94,7 @@ def gather_snippets(
     if budget_tokens <= 0:
         return []
     cursor = snapshot.lines.position_at(snapshot.offset_at(position))
-    tags = extract_tags(snapshot, index.resolver if index else None) if snapshot.language else FileTags()
+    tags = _current_tags(snapshot, index)
     candidates: list[_Candidate] = []
     if index is not None:
         candidates += _imported(snapshot, cursor, tags, index, options)
@@ -104,23 +104,40 @@ def gather_snippets(
     return _fit(_dedupe(candidates), budget_tokens, count_tokens, snapshot, options)
 
 
+def _current_tags(snapshot: DocumentSnapshot, index: WorkspaceIndex | None) -> FileTags:
+    """The current file's imports and definitions: the index's copy when it has one (the server
+    keeps it in step with the buffer; a few keystrokes behind is fine for imports), else parsed."""
+    if index is not None and snapshot.path:
+        indexed = index.file_tags(snapshot.path)
+        if indexed is not None:
+            return indexed
+    if snapshot.language is None:
+        return FileTags()
+    return extract_tags(snapshot, index.resolver if index else None)
+
+
 def _imported(
     snapshot: DocumentSnapshot, cursor: Position, tags: FileTags, index: WorkspaceIndex, options: CrossFileOptions
 ) -> list[_Candidate]:
-    uses = _uses(snapshot, tags)
-    found: list[_Candidate] = []
+    """Definitions of imported names, and of a whole-module import's names that this file uses."""
+    named: list[tuple[Definition, str]] = []
+    used_only: list[tuple[Definition, str]] = []
     for item in tags.imports:
         line = item.range.start.line + 1
-        if item.names:
-            for name in item.names:
-                for definition in _imported_definitions(name, item, snapshot.path, index)[:1]:
-                    detail = f"definition of `{name}` imported at line {line}"
-                    found.append(_from_definition(definition, "imported-definition", _closeness(uses.get(name), cursor), detail))
+        for name in item.names:
+            for definition in _imported_definitions(name, item, snapshot.path, index)[:1]:
+                named.append((definition, f"definition of `{name}` imported at line {line}"))
         if item.resolved_path and (item.wildcard or not item.names):
             for definition in _module_definitions(item.resolved_path, index):
-                if definition.name in uses and definition.path != snapshot.path:
+                if definition.path != snapshot.path:
                     detail = f"definition of `{definition.name}` from `{item.module}` (imported at line {line})"
-                    found.append(_from_definition(definition, "imported-definition", _closeness(uses[definition.name], cursor), detail))
+                    used_only.append((definition, detail))
+    uses = _uses(snapshot, tags, {definition.name for definition, _ in named + used_only})
+    chosen = named + [(d, detail) for d, detail in used_only if d.name in uses]
+    found = [
+        _from_definition(definition, "imported-definition", _closeness(uses.get(definition.name), cursor), detail)
+        for definition, detail in chosen
+    ]
     found.sort(key=lambda c: -c.score)
     return found[: options.max_per_source]
 
@@ -191,8 +208,8 @@ def _definition_rank(definition: Definition, imported: set[str], current: str | 
 def _similar(
     snapshot: DocumentSnapshot, cursor: Position, open_docs: list[DocumentSnapshot], options: CrossFileOptions
 ) -> list[_Candidate]:
-    column = snapshot.offset_at(cursor) - snapshot.lines.line_start(cursor.line)
-    reference = tokens_before(snapshot.text, cursor.line, column, options.window_lines)
+    line_prefix = snapshot.text[snapshot.lines.line_start(cursor.line) : snapshot.offset_at(cursor)]
+    reference = tokens_before(snapshot.text, cursor.line, line_prefix, options.window_lines)
     budget = options.max_open_chars
     found: list[_Candidate] = []
     for doc in open_docs:
@@ -229,13 +246,13 @@ def _edits(snapshot: DocumentSnapshot, cursor: Position, edits: list[Edit], opti
     return found
 
 
-def _uses(snapshot: DocumentSnapshot, tags: FileTags) -> dict[str, list[int]]:
-    """Lines where each identifier occurs outside import statements."""
+def _uses(snapshot: DocumentSnapshot, tags: FileTags, names: set[str]) -> dict[str, list[int]]:
+    """Lines where each of `names` occurs outside import statements."""
     import_lines = {n for i in tags.imports for n in range(i.range.start.line, i.range.end.line + 1)}
     uses: dict[str, list[int]] = {}
     for number, tokens in enumerate(line_tokens(snapshot.text)):
-        if number not in import_lines:
-            for token in tokens:
+        if number not in import_lines and not tokens.isdisjoint(names):
+            for token in tokens & names:
                 uses.setdefault(token, []).append(number)
     return uses
 

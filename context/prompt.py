@@ -85,10 +85,11 @@ def build_prompt(
     file_line = file_header(path, language)
     suffix_share = int(budget.max_tokens * budget.suffix_share)
     suffix_end = _suffix_end(snapshot, offset, line, suffix_share, counter)
-    room = budget.max_tokens - SPECIAL_TOKENS - counter(file_line)
+    file_tokens = counter.snippet(file_line)
+    room = budget.max_tokens - SPECIAL_TOKENS - file_tokens
     earliest = _prefix_start(snapshot, offset, line, room - _suffix_tokens(snapshot, offset, suffix_end, counter), 1, counter)
     usable = [s for s in snippets if not (s.path == snapshot.path and s.range.overlaps_lines(earliest, suffix_end))]
-    header_room = int(budget.max_tokens * budget.header_share) - counter(file_line)
+    header_room = int(budget.max_tokens * budget.header_share) - file_tokens
     chosen = _choose_snippets(usable, header_room, counter, roots)
     header = "".join(_render(s, roots) for s in chosen) + file_line
     header_tokens = len(tokenizer.encode(header))
@@ -102,10 +103,11 @@ def build_prompt(
     prefix = snapshot.text[lines.line_start(start) : offset]
     suffix = snapshot.text[offset : _line_end_with_break(snapshot, suffix_end)]
     ids, prefix, start = _fit(tokenizer, header, prefix, suffix, budget, snapshot, offset, start)
+    suffix_tokens = counter.text(suffix)
     counts = {
-        "header": len(tokenizer.encode(header)),
-        "suffix": len(tokenizer.encode(suffix)) if suffix else 0,
-        "prefix": len(tokenizer.encode(prefix)) if prefix else 0,
+        "header": header_tokens,
+        "suffix": suffix_tokens,
+        "prefix": len(ids) - SPECIAL_TOKENS - header_tokens - suffix_tokens,
         "special": SPECIAL_TOKENS,
         "total": len(ids),
     }
@@ -116,7 +118,7 @@ def _choose_snippets(snippets: Sequence[Snippet], room: int, counter: _Counter, 
     """Best snippets first (as given) while they fit; then ordered most stable first."""
     chosen, used = [], 0
     for snippet in snippets:
-        tokens = counter.text(_render(snippet, roots))
+        tokens = counter.snippet(_render(snippet, roots))
         if used + tokens <= room:
             chosen.append(snippet)
             used += tokens
@@ -209,13 +211,14 @@ def _relative(path: str, roots: Sequence[str]) -> str:
 
 
 class _Counter:
-    """Token counts of lines and texts, memoised per tokenizer (line counts include the newline)."""
+    """Token counts of texts; those of lines (newline included) and snippets memoised per tokenizer."""
 
     LIMIT = 50_000
 
     def __init__(self, tokenizer: TokenizerLike) -> None:
         self.tokenizer = tokenizer
         self.lines: dict[str, int] = {}
+        self.snippets: dict[str, int] = {}
 
     def line(self, text: str) -> int:
         count = self.lines.get(text)
@@ -228,8 +231,14 @@ class _Counter:
     def text(self, text: str) -> int:
         return len(self.tokenizer.encode(text)) if text else 0
 
-    def __call__(self, text: str) -> int:
-        return self.text(text)
+    def snippet(self, text: str) -> int:
+        """Like `text`, memoised: rendered snippets recur from one keystroke to the next."""
+        count = self.snippets.get(text)
+        if count is None:
+            if len(self.snippets) > self.LIMIT:
+                self.snippets.clear()
+            count = self.snippets[text] = self.text(text)
+        return count
 
 
 _COUNTERS: weakref.WeakKeyDictionary[object, _Counter] = weakref.WeakKeyDictionary()

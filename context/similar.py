@@ -29,17 +29,28 @@ class Window:
 @lru_cache(maxsize=64)
 def line_tokens(text: str) -> tuple[frozenset[str], ...]:
     """The identifier tokens of each line of `text`."""
-    return tuple(frozenset(_TOKEN.findall(line)) for line in _EOL.split(text))
+    return tuple(map(_tokens_of_line, _EOL.split(text)))
 
 
-def tokens_before(text: str, line: int, column: int, window_lines: int) -> frozenset[str]:
-    """Tokens of the `window_lines` lines ending at the cursor (the cursor line up to the cursor)."""
-    lines = _EOL.split(text)
+@lru_cache(maxsize=65536)
+def _tokens_of_line(line: str) -> frozenset[str]:
+    return frozenset(_TOKEN.findall(line))
+
+
+def tokens_before(text: str, line: int, line_prefix: str, window_lines: int) -> frozenset[str]:
+    """Tokens of the `window_lines` lines ending at the cursor: the lines above it, and the cursor
+    line up to the cursor (`line_prefix`) without the word being typed there (a partial word is
+    noise, and leaving it out keeps the reference, hence `best_window`'s memo, unchanged while
+    typing a word)."""
+    lines = line_tokens(text)
     first = max(0, line - window_lines + 1)
-    chunk = lines[first:line] + [lines[line][:column] if line < len(lines) else ""]
-    return frozenset(token for part in chunk for token in _TOKEN.findall(part))
+    head = _TOKEN.findall(line_prefix)
+    if head and (line_prefix[-1].isalnum() or line_prefix[-1] in "_$"):
+        head.pop()
+    return frozenset(set(head).union(*lines[first:line]))
 
 
+@lru_cache(maxsize=256)
 def best_window(reference: frozenset[str], text: str, window_lines: int) -> Window | None:
     """The window of `text` with the highest Jaccard similarity to `reference` (None if no overlap)."""
     lines = line_tokens(text)

@@ -126,4 +126,5 @@ def test_best_window_scores_jaccard() -> None:
     assert (window.first_line, window.last_line) == (1, 2)
     assert window.score == pytest.approx(3 / 4)
     assert best_window(reference, "nothing shared here\n", 2) is None
-    assert tokens_before("a b\nc d\ne f", 2, 1, 2) == frozenset({"c", "d", "e"})
+    assert tokens_before("a b\nc d\ne fg", 2, "e f", 2) == frozenset({"c", "d", "e"})  # "f" is being typed
+    assert tokens_before("a b\nc d\ne f", 2, "e f ", 2) == frozenset({"c", "d", "e", "f"})

@@ -38,6 +38,7 @@ CASES = {
             ["risky"],
         ),
         ("/* global LEGACY, other:writable */\nLEGACY(other);\n", []),
+        ("async function f(s) { await (0, events.once)(s, 'connect'); }\n", ["events"]),  # `await (x)(y)`
         ("with (scope) { anything(); }\n", []),  # `with` can declare anything
         ("const x = (1 + ;\nbroken(x)\n", []),  # names in parse errors are never reported
     ],
