@@ -1,0 +1,123 @@
+"""The training loop: exact resume, DSA phases, MoE bias balancing, schedule, export (training.train)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from model_runtime.config import ModelConfig
+from model_runtime.model import MoE, Transformer
+from training.balance import BiasBalancer
+from training.data import BuildConfig, build
+from training.presets import PRESETS, model_config, parameter_counts
+from training.samples import SampleConfig
+from training.schedule import LrSchedule, dsa_phase
+from training.train import main
+
+
+@pytest.fixture(scope="module")
+def shards(manifest_path, tokenizer_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("train-shards")
+    for split in ("train", "heldout"):
+        build(manifest_path, tokenizer_dir, root / split, SampleConfig(seq_len=129), BuildConfig(split=split))
+    return root
+
+
+def train_args(shards, tokenizer_dir, run_dir, *extra: str) -> list[str]:
+    return [
+        "--preset", "tiny", "--train-data", str(shards / "train"), "--heldout-data", str(shards / "heldout"),
+        "--tokenizer", str(tokenizer_dir), "--run-dir", str(run_dir), "--batch-size", "2",
+        "--total-tokens", str(8 * 2 * 128), "--warmup-steps", "2", "--dense-fraction", "0.25",
+        "--eval-every", "4", "--eval-rows", "4", "--threads", "1", "--bias-update-rate", "0.01", *extra,
+    ]
+
+
+def log_records(run_dir):
+    return [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def straight_run(shards, tokenizer_dir, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("straight")
+    assert main(train_args(shards, tokenizer_dir, run_dir)) == 0
+    return run_dir
+
+
+def test_interrupted_run_resumes_exactly(straight_run, shards, tokenizer_dir, tmp_path):
+    assert main(train_args(shards, tokenizer_dir, tmp_path, "--max-steps", "3")) == 0
+    assert not (tmp_path / "export").exists()
+    assert main(train_args(shards, tokenizer_dir, tmp_path)) == 0
+    ours, reference = load_file(tmp_path / "export/model.safetensors"), load_file(straight_run / "export/model.safetensors")
+    assert ours.keys() == reference.keys()
+    for name in reference:
+        assert torch.equal(ours[name], reference[name]), name
+    steps = lambda run: [(r["step"], r["loss"]) for r in log_records(run) if "loss" in r]  # noqa: E731
+    assert steps(tmp_path) == steps(straight_run)
+
+
+def test_dsa_phases_indexer_kl_mtp_and_balancing_are_logged(straight_run):
+    records = [r for r in log_records(straight_run) if "loss" in r]
+    assert [r["phase"] for r in records] == ["dense-warmup"] * 2 + ["sparse"] * 6
+    assert all(r["indexer_kl"] != 0 and r["mtp_loss"] > 0 and r["max_load_ratio"] >= 1 for r in records)
+    lrs = [r["lr"] for r in records]
+    assert lrs[0] < lrs[1] and lrs[1] > lrs[-1]  # warm-up, then decay
+    evals = [r for r in log_records(straight_run) if "heldout_loss" in r]
+    assert [r["step"] for r in evals] == [4, 8]
+
+
+def test_export_is_a_runtime_checkpoint_with_tokenizer_and_summary(straight_run):
+    from model_runtime.runtime import load_model
+
+    loaded = load_model(straight_run / "export")
+    assert loaded.config.index_topk < loaded.config.max_position_embeddings == 128
+    ids = loaded.tokenizer.encode("def f(x):\n    return x\n" * 12)
+    assert len(ids) > loaded.config.index_topk  # long enough for sparse attention
+    assert torch.isfinite(loaded.logits(ids)).all()
+    summary = json.loads((straight_run / "training.json").read_text())
+    assert summary["steps"] == 8 and summary["tokens"] == 8 * 2 * 128 and summary["heldout"]["heldout_loss"] > 0
+
+
+def test_resume_with_a_different_configuration_is_refused(straight_run, shards, tokenizer_dir, capsys):
+    args = train_args(shards, tokenizer_dir, straight_run)
+    args[args.index("--batch-size") + 1] = "4"
+    assert main(args) == 2
+    assert "batch_size" in capsys.readouterr().err
+
+
+def test_bias_balancer_favours_underloaded_experts():
+    cfg = ModelConfig.tiny(num_nextn_predict_layers=0)
+    model = Transformer(cfg)
+    balancer = BiasBalancer(model, rate=0.5)
+    moe = next(m for m in model.modules() if isinstance(m, MoE))
+    load = torch.zeros(cfg.n_routed_experts, dtype=torch.long)
+    load[0], load[1] = 10, 1  # mean 11/8: expert 0 over, experts 1..7 under
+    moe.last_load = load
+    balancer.observe()
+    stats = balancer.step()
+    bias = moe.gate.e_score_correction_bias
+    assert bias[0] == -0.5 and (bias[1:] == 0.5).all()
+    assert stats["max_load_ratio"] == pytest.approx(10 / (11 / 8))
+    assert balancer.step() == {}  # nothing observed since
+
+
+def test_schedules():
+    lr = LrSchedule(peak=1.0, warmup_steps=4, min_ratio=0.1)
+    assert [lr.at(s, 0.0) for s in range(4)] == [0.25, 0.5, 0.75, 1.0]
+    assert lr.at(100, 0.5) == pytest.approx(0.55) and lr.at(100, 1.0) == pytest.approx(0.1)
+    assert not dsa_phase(0.05, 0.1).sparse and dsa_phase(0.1, 0.1).sparse
+    assert dsa_phase(0.0, 0.1).train_indexer and dsa_phase(0.9, 0.1).train_indexer
+
+
+def test_presets_keep_dsa_sparse_and_fit_the_shipping_budget():
+    for name in PRESETS:
+        if name == "tiny":
+            continue
+        cfg = model_config(name, vocab_size=8192, eos_id=8179, context=1024)
+        assert cfg.index_topk < 1024 and cfg.num_nextn_predict_layers == 1
+        assert any(cfg.is_moe_layer(i) for i in range(cfg.num_hidden_layers)) and not cfg.is_moe_layer(0)
+        assert parameter_counts(cfg)["total"] * 2 < 64e6  # bf16 bytes
+    with pytest.raises(ValueError, match="below the context"):
+        model_config("small", 8192, 8179, context=256)
