@@ -76,34 +76,23 @@ def build_prompt(
     roots: Sequence[str] = (),
 ) -> Prompt:
     """The SPM prompt for a completion at `position` (see the module docstring)."""
-    counter = _counter(tokenizer)
-    lines = snapshot.lines
-    offset = lines.offset_at(position)
-    line = lines.position_at(offset).line
+    site = _Site.at(snapshot, position, _counter(tokenizer))
     language = snapshot.language.name if snapshot.language else snapshot.language_id
-    path = _display_path(snapshot, roots)
-    file_line = file_header(path, language)
-    suffix_share = int(budget.max_tokens * budget.suffix_share)
-    suffix_end = _suffix_end(snapshot, offset, line, suffix_share, counter)
-    file_tokens = counter.snippet(file_line)
-    room = budget.max_tokens - SPECIAL_TOKENS - file_tokens
-    earliest = _prefix_start(snapshot, offset, line, room - _suffix_tokens(snapshot, offset, suffix_end, counter), 1, counter)
-    usable = [s for s in snippets if not (s.path == snapshot.path and s.range.overlaps_lines(earliest, suffix_end))]
-    header_room = int(budget.max_tokens * budget.header_share) - file_tokens
-    chosen = _choose_snippets(usable, header_room, counter, roots)
+    file_line = file_header(_display_path(snapshot, roots), language)
+    suffix_room = int(budget.max_tokens * budget.suffix_share)
+    suffix_end = site.suffix_end(suffix_room)
+    chosen = _header_snippets(site, snippets, budget, file_line, suffix_end, roots)
     header = "".join(_render(s, roots) for s in chosen) + file_line
-    header_tokens = len(tokenizer.encode(header))
-    prefix_room = budget.max_tokens - SPECIAL_TOKENS - header_tokens - _suffix_tokens(snapshot, offset, suffix_end, counter)
-    start = _prefix_start(snapshot, offset, line, prefix_room, budget.align_lines, counter)
+    header_tokens = site.counter.text(header)
+    prefix_room = budget.max_tokens - SPECIAL_TOKENS - header_tokens - site.suffix_tokens(suffix_end)
+    start = site.prefix_start(prefix_room, budget.align_lines)
     if start == 0:
-        leftover = prefix_room - counter.text(snapshot.text[:offset])
+        leftover = prefix_room - site.counter.text(snapshot.text[: site.offset])
         if leftover >= SUFFIX_STEP:
-            extra = leftover // SUFFIX_STEP * SUFFIX_STEP
-            suffix_end = _suffix_end(snapshot, offset, line, suffix_share + extra, counter)
-    prefix = snapshot.text[lines.line_start(start) : offset]
-    suffix = snapshot.text[offset : _line_end_with_break(snapshot, suffix_end)]
-    ids, prefix, start = _fit(tokenizer, header, prefix, suffix, budget, snapshot, offset, start)
-    suffix_tokens = counter.text(suffix)
+            suffix_end = site.suffix_end(suffix_room + leftover // SUFFIX_STEP * SUFFIX_STEP)
+    suffix = snapshot.text[site.offset : site.after_line(suffix_end)]
+    ids, prefix, start = _fit(tokenizer, site, header, suffix, start, budget)
+    suffix_tokens = site.counter.text(suffix)
     counts = {
         "header": header_tokens,
         "suffix": suffix_tokens,
@@ -114,10 +103,21 @@ def build_prompt(
     return Prompt(tuple(ids), header, prefix, suffix, tuple(chosen), counts, FimMode.SPM, start, suffix_end)
 
 
-def _choose_snippets(snippets: Sequence[Snippet], room: int, counter: _Counter, roots: Sequence[str]) -> list[Snippet]:
-    """Best snippets first (as given) while they fit; then ordered most stable first."""
+def _header_snippets(
+    site: _Site, snippets: Sequence[Snippet], budget: PromptBudget, file_line: str, suffix_end: int, roots: Sequence[str]
+) -> list[Snippet]:
+    """Snippets for the header: none from the current file's prefix/suffix window (the prefix can
+    start no earlier than `earliest`), best first (as given) while they fit, then most stable first."""
+    counter = site.counter
+    file_tokens = counter.snippet(file_line)
+    widest = budget.max_tokens - SPECIAL_TOKENS - file_tokens - site.suffix_tokens(suffix_end)
+    earliest = site.prefix_start(widest, 1)
+    path = site.snapshot.path
+    room = int(budget.max_tokens * budget.header_share) - file_tokens
     chosen, used = [], 0
     for snippet in snippets:
+        if snippet.path == path and snippet.range.overlaps_lines(earliest, suffix_end):
+            continue
         tokens = counter.snippet(_render(snippet, roots))
         if used + tokens <= room:
             chosen.append(snippet)
@@ -131,68 +131,72 @@ def _render(snippet: Snippet, roots: Sequence[str]) -> str:
     return render_snippet(_relative(snippet.path, roots), snippet.text, language.name if language else "")
 
 
-def _suffix_end(snapshot: DocumentSnapshot, offset: int, line: int, room: int, counter: _Counter) -> int:
-    """Last line of the suffix: the cursor line, then whole following lines while they fit."""
-    lines = snapshot.lines
-    used = counter.text(snapshot.text[offset : lines.line_end(line)])
-    end = line
-    while end + 1 < lines.line_count:
-        cost = counter.line(lines.line(end + 1))
-        if used + cost > room:
-            break
-        used += cost
-        end += 1
-    return end
+@dataclass(frozen=True, slots=True)
+class _Site:
+    """The cursor in a snapshot, with the line arithmetic of prefix and suffix trimming."""
 
+    snapshot: DocumentSnapshot
+    offset: int
+    line: int
+    counter: _Counter
 
-def _suffix_tokens(snapshot: DocumentSnapshot, offset: int, end: int, counter: _Counter) -> int:
-    lines = snapshot.lines
-    line = lines.position_at(offset).line
-    rest = counter.text(snapshot.text[offset : lines.line_end(line)])
-    return rest + sum(counter.line(lines.line(n)) for n in range(line + 1, end + 1))
+    @classmethod
+    def at(cls, snapshot: DocumentSnapshot, position: Position, counter: _Counter) -> _Site:
+        offset = snapshot.offset_at(position)
+        return cls(snapshot, offset, snapshot.position_at(offset).line, counter)
 
+    def suffix_end(self, room: int) -> int:
+        """Last line of the suffix: the cursor line, then whole following lines while they fit."""
+        lines = self.snapshot.lines
+        used = self.counter.text(self.snapshot.text[self.offset : lines.line_end(self.line)])
+        end = self.line
+        while end + 1 < lines.line_count:
+            cost = self.counter.line(lines.line(end + 1))
+            if used + cost > room:
+                break
+            used += cost
+            end += 1
+        return end
 
-def _prefix_start(snapshot: DocumentSnapshot, offset: int, line: int, room: int, align: int, counter: _Counter) -> int:
-    """First prefix line: as far up as `room` allows, then down to a multiple of `align`."""
-    lines = snapshot.lines
-    used = counter.text(snapshot.text[lines.line_start(line) : offset])
-    start = line
-    while start > 0:
-        cost = counter.line(lines.line(start - 1))
-        if used + cost > room:
-            break
-        used += cost
-        start -= 1
-    if start == 0:
-        return 0
-    return min(line, -(-start // align) * align)
+    def suffix_tokens(self, end: int) -> int:
+        lines = self.snapshot.lines
+        rest = self.counter.text(self.snapshot.text[self.offset : lines.line_end(self.line)])
+        return rest + sum(self.counter.line(lines.line(n)) for n in range(self.line + 1, end + 1))
 
+    def prefix_start(self, room: int, align: int) -> int:
+        """First prefix line: as far up as `room` allows, then down to a multiple of `align`."""
+        lines = self.snapshot.lines
+        used = self.counter.text(self.snapshot.text[lines.line_start(self.line) : self.offset])
+        start = self.line
+        while start > 0:
+            cost = self.counter.line(lines.line(start - 1))
+            if used + cost > room:
+                break
+            used += cost
+            start -= 1
+        return 0 if start == 0 else min(self.line, -(-start // align) * align)
 
-def _line_end_with_break(snapshot: DocumentSnapshot, line: int) -> int:
-    lines = snapshot.lines
-    return lines.line_start(line + 1) if line + 1 < lines.line_count else len(snapshot.text)
+    def prefix_from(self, start: int) -> str:
+        return self.snapshot.text[self.snapshot.lines.line_start(start) : self.offset]
+
+    def after_line(self, line: int) -> int:
+        """Offset just past `line` and its terminator."""
+        lines = self.snapshot.lines
+        return lines.line_start(line + 1) if line + 1 < lines.line_count else len(self.snapshot.text)
 
 
 def _fit(
-    tokenizer: TokenizerLike,
-    header: str,
-    prefix: str,
-    suffix: str,
-    budget: PromptBudget,
-    snapshot: DocumentSnapshot,
-    offset: int,
-    start: int,
+    tokenizer: TokenizerLike, site: _Site, header: str, suffix: str, start: int, budget: PromptBudget
 ) -> tuple[list[int], str, int]:
     """Exact ids; if per-line estimates undercounted, drop prefix lines (then characters) until they fit."""
-    lines = snapshot.lines
-    cursor_line = lines.position_at(offset).line
+    prefix = site.prefix_from(start)
     while True:
         ids = fim_prompt_ids(tokenizer, header, prefix, suffix, FimMode.SPM)
         if len(ids) <= budget.max_tokens or not prefix:
             return ids, prefix, start
-        if start < cursor_line:
-            start = min(cursor_line, start + budget.align_lines)
-            prefix = snapshot.text[lines.line_start(start) : offset]
+        if start < site.line:
+            start = min(site.line, start + budget.align_lines)
+            prefix = site.prefix_from(start)
         else:
             prefix = prefix[max(1, len(prefix) // 8) :]
 

@@ -86,6 +86,26 @@ def _tree_sitter(
     root = tree.root_node
     if _disabled(language, root, snapshot.text):
         return []
+    candidates, declared = _references_and_declarations(snapshot, language, root)
+    candidates = [(n, k) for n, k in candidates if _text(n) and _text(n) not in declared]
+    if not candidates:
+        return []
+    external = _external_names(snapshot, language, root, index, {_text(n) for n, _ in candidates})
+    if external is None:
+        return []
+    lines = snapshot.lines
+    found = [
+        UndeclaredSymbol(_text(n), Range(lines.position_of_byte(n.start_byte), lines.position_of_byte(n.end_byte)), k)
+        for n, k in candidates
+        if _text(n) not in external and not _go_uncertain_operand(language, root, n)
+    ]
+    return sorted(found, key=lambda s: s.range.start)
+
+
+def _references_and_declarations(
+    snapshot: DocumentSnapshot, language: Language, root: ts.Node
+) -> tuple[list[tuple[ts.Node, str]], set[str]]:
+    """Value references outside parse errors, and every name the file (or the language) declares."""
     captures = ts.QueryCursor(language.locals_query).captures(root)
     references: dict[tuple[int, int], tuple[ts.Node, str]] = {}
     for kind in ("value", "call"):
@@ -95,7 +115,8 @@ def _tree_sitter(
     declared = {_text(n) for n in captures.get("name", []) if n.byte_range not in references}
     declared |= {_text(n) for n in captures.get("declaration", [])}
     declared |= language.globals
-    declared |= _comment_globals(snapshot.text) if language.globals_name == "javascript" else set()
+    if language.globals_name == "javascript":
+        declared |= _comment_globals(snapshot.text)
     if language.name == "go":
         declared |= {name for spec in _go_import_specs(root) for name in _go_import_names(spec) or ()}
     candidates: list[tuple[ts.Node, str]] = []
@@ -104,18 +125,7 @@ def _tree_sitter(
             declared.add(_text(node))
         else:
             candidates.append((node, kind))
-    candidates = [(n, k) for n, k in candidates if _text(n) and _text(n) not in declared]
-    if not candidates:
-        return []
-    external = _external_names(snapshot, language, root, index, {_text(n) for n, _ in candidates})
-    if external is None:
-        return []
-    found = [
-        UndeclaredSymbol(_text(n), Range(snapshot.lines.position_of_byte(n.start_byte), snapshot.lines.position_of_byte(n.end_byte)), k)
-        for n, k in candidates
-        if _text(n) not in external and not _go_uncertain_operand(language, root, n)
-    ]
-    return sorted(found, key=lambda s: s.range.start)
+    return candidates, declared
 
 
 def _disabled(language: Language, root: ts.Node, text: str) -> bool:

@@ -74,18 +74,27 @@ class FileTags:
 EMPTY_TAGS = FileTags()
 
 
-def extract_tags(snapshot: DocumentSnapshot, resolver: ImportResolver | None = None) -> FileTags:
-    """Tags of an open document's snapshot."""
-    return tags_of(snapshot.language, snapshot.lines, snapshot.tree, snapshot.path or "", resolver)
+def extract_tags(
+    source: DocumentSnapshot | tuple[Language | None, str, ts.Tree | None],
+    resolver: ImportResolver | None = None,
+    path: str = "",
+) -> FileTags:
+    """Tags of an open document's snapshot, or of `(language, text, tree)` at `path` (a None tree
+    is parsed here)."""
+    if isinstance(source, tuple):
+        language, text, tree = source
+        lines = TextIndex(text)
+        if tree is None and language is not None:
+            tree = language.parse(lines.data)
+        return tags_of(language, lines, tree, path, resolver)
+    return tags_of(source.language, source.lines, source.tree, source.path or "", resolver)
 
 
 def tags_of_text(
     language: Language | None, text: str, path: str = "", resolver: ImportResolver | None = None
 ) -> FileTags:
     """Tags of a file's text (parsed here)."""
-    lines = TextIndex(text)
-    tree = language.parse(lines.data) if language else None
-    return tags_of(language, lines, tree, path, resolver)
+    return extract_tags((language, text, None), resolver, path)
 
 
 def tags_of(

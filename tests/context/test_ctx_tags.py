@@ -167,6 +167,15 @@ def test_no_language_or_tree_gives_empty_tags() -> None:
     assert tags_of_text(None, "anything") is EMPTY_TAGS
 
 
+def test_tags_from_language_text_and_tree() -> None:
+    language = language_named("go")
+    tree = language.parse(GO.encode())
+    from_tree = extract_tags((language, GO, tree), path="/w/shop/cart.go")
+    assert from_tree == extract_tags((language, GO, None), path="/w/shop/cart.go")
+    assert {d.path for d in from_tree.definitions} == {"/w/shop/cart.go"}
+    assert from_tree.definitions == extract_tags(snapshot(GO, "go", path="/w/shop/cart")).definitions
+
+
 @pytest.mark.parametrize("language", LANGUAGES, ids=lambda lang: lang.name)
 def test_every_shipped_query_compiles(language) -> None:
     assert language.tags_query.pattern_count > 0
