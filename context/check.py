@@ -20,7 +20,7 @@ import tree_sitter as ts
 from pyflakes import checker, messages
 
 from context.languages import Language, language_for
-from context.positions import Position, Range, TextIndex, utf16_length
+from context.positions import Position, Range, TextIndex, decode_prefix, encode_text, utf16_length
 
 _WORD = re.compile(r"\w+")
 _ERRORS = (messages.UndefinedName, messages.UndefinedLocal, messages.UndefinedExport)
@@ -103,7 +103,7 @@ def _syntax_range(lines: TextIndex, exc: SyntaxError) -> Range:
 
 def _pyflakes_range(lines: TextIndex, line: int, byte_column: int) -> Range:
     text = lines.line(line)
-    column = len(text.encode("utf-8", "surrogatepass")[:byte_column].decode("utf-8", "ignore"))
+    column = len(decode_prefix(encode_text(text)[:byte_column]))
     word = _WORD.match(text, column)
     end = word.end() if word else min(column + 1, len(text))
     return Range(Position(line, utf16_length(text[:column])), Position(line, utf16_length(text[:end])))

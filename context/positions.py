@@ -56,6 +56,16 @@ def decode_bytes(data: bytes) -> str:
     return data.decode("utf-8", "surrogatepass")
 
 
+def decode_prefix(data: bytes) -> str:
+    """Decode `data`, dropping a character cut in half at its end (a byte offset inside it)."""
+    for cut in range(4):
+        try:
+            return (data[: len(data) - cut] if cut else data).decode("utf-8", "surrogatepass")
+        except UnicodeDecodeError:
+            continue
+    return data.decode("utf-8", "ignore")
+
+
 def utf16_length(text: str) -> int:
     """Length of `text` in UTF-16 code units."""
     if text.isascii():
@@ -160,8 +170,7 @@ class TextIndex:
         byte = min(max(byte, 0), len(self.data))
         line = bisect_right(byte_starts, byte) - 1
         start = self._starts[line]
-        chunk = self.data[byte_starts[line] : byte]
-        return start + len(chunk.decode("utf-8", "ignore"))
+        return start + len(decode_prefix(self.data[byte_starts[line] : byte]))
 
     def position_of_byte(self, byte: int) -> Position:
         return self.position_at(self.offset_of_byte(byte))
@@ -177,8 +186,7 @@ class TextIndex:
         line = self.line(row)
         if line.isascii():
             return Position(row, min(column, len(line)))
-        head = encode_text(line)[:column].decode("utf-8", "ignore")
-        return Position(row, utf16_length(head))
+        return Position(row, utf16_length(decode_prefix(encode_text(line)[:column])))
 
     def point_at(self, offset: int) -> tuple[int, int]:
         """Tree-sitter point (row, byte column) of string offset `offset`; rows end at "\\n" only."""

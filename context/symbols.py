@@ -28,7 +28,7 @@ from pyflakes import checker, messages
 from context.document import DocumentSnapshot
 from context.index import WorkspaceIndex
 from context.languages import Language
-from context.positions import Position, Range, utf16_length
+from context.positions import Position, Range, decode_prefix, encode_text, utf16_length
 from context.tags import tags_of_text
 
 _GLOBAL_COMMENT = re.compile(r"/\*\s*globals?\s+([^*]*)\*/")
@@ -70,7 +70,7 @@ def _python(snapshot: DocumentSnapshot) -> list[UndeclaredSymbol]:
 
 def _python_symbol(snapshot: DocumentSnapshot, name: str, line: int, byte_column: int) -> UndeclaredSymbol:
     text = snapshot.line(line)
-    column = len(text.encode("utf-8", "surrogatepass")[:byte_column].decode("utf-8", "ignore"))
+    column = len(decode_prefix(encode_text(text)[:byte_column]))
     match = re.compile(rf"(?<![\w]){re.escape(name)}(?![\w])").search(text, column)
     start = match.start() if match else column
     end = start + len(name)

@@ -17,7 +17,7 @@ SEEDS = {
     "go": "package main\n\nfunc main() {\n\tx := 1\n\t_ = x\n}\n",
     "rust": "fn main() {\n    let s = \"😀\";\n    println!(\"{}\", s);\n}\n",
 }
-PIECES = ["a", "b1", " ", "\n", "(", ")", "{", "}", ":", ";", "é", "中文", "😀", "\r\n", "\t", "x = 1\n", '"', "//"]
+PIECES = ["a", "b1", " ", "\n", "(", ")", "{", "}", ":", ";", "é", "中文", "😀", "\r\n", "\t", "x = 1\n", '"', "//", "\ud800"]
 
 
 def shape(node: ts.Node) -> list[tuple[str, int, int, tuple[int, int], tuple[int, int]]]:

@@ -73,3 +73,11 @@ def test_bytes_and_points_agree_with_utf8() -> None:
 def test_utf16_length_counts_pairs() -> None:
     assert utf16_length("a😀中") == 4
     assert utf16_length("") == 0
+
+
+def test_lone_surrogates_keep_bytes_and_offsets_aligned() -> None:
+    text = "x = 'a\ud800b'\ny\n"
+    index = TextIndex(text)
+    for offset in range(len(text) + 1):
+        assert index.offset_of_byte(index.byte_at(offset)) == offset
+    assert index.position_of_point(index.byte_at(8), (0, index.byte_at(8))) == Position(0, 8)
