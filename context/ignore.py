@@ -8,7 +8,8 @@ Invariants:
 - Git precedence: within a file the last matching pattern wins; a deeper `.gitignore` overrides a
   shallower one; a file below an ignored directory is ignored (it cannot be re-included).
 - Parsed `.gitignore` files are cached by path and mtime, so an edited one takes effect at once.
-- `read_source` never raises: an unreadable, oversized, binary or non-UTF-8 file gives a reason.
+- `read_source` never raises: an unreadable, oversized, binary or non-UTF-8 file gives a reason;
+  `check_text` applies the same rules to an editor buffer.
 """
 
 from __future__ import annotations
@@ -78,6 +79,20 @@ def read_source(path: str, max_bytes: int) -> SourceRead:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         return SourceRead(None, f"not valid UTF-8 (byte {exc.start})")
+    return _not_generated(path, text)
+
+
+def check_text(path: str, text: str, max_bytes: int) -> SourceRead:
+    """The same checks for text already in memory (an editor buffer): size, NUL, generated."""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > max_bytes:
+        return SourceRead(None, f"larger than {max_bytes} bytes ({size})")
+    if "\0" in text:
+        return SourceRead(None, "binary (NUL bytes)")
+    return _not_generated(path, text)
+
+
+def _not_generated(path: str, text: str) -> SourceRead:
     reason = generated_reason(os.path.basename(path), text)
     return SourceRead(None, reason) if reason else SourceRead(text)
 

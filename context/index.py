@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from context.ignore import IgnoreRules, read_source
+from context.ignore import IgnoreRules, check_text, read_source
 from context.languages import SOURCE_EXTENSIONS, language_for
 from context.positions import Position, TextIndex
 from context.resolve import ImportResolver
@@ -44,6 +44,7 @@ class IndexedFile:
     path: str
     language: str
     tags: FileTags
+    stamp: tuple[int, int] | None = None  # (mtime_ns, size) when read from disk; None for a buffer
 
 
 class WorkspaceIndex:
@@ -64,11 +65,12 @@ class WorkspaceIndex:
     # --- building and updating
 
     def build(self, progress: Progress | None = None) -> int:
-        """Index every file under the roots; forget files no longer there. Returns the file count."""
+        """Index every file under the roots (files unchanged on disk since they were indexed are
+        kept); forget files no longer there. Returns the file count."""
         candidates = sorted(set(self._walk(self.roots)))
         report = _SafeProgress(progress)
         for done, path in enumerate(candidates, start=1):
-            self._index_path(path, None)
+            self._index_path(path, None, if_changed=True)
             report(done, len(candidates), path)
         keep = set(candidates)
         with self._lock:
@@ -78,12 +80,13 @@ class WorkspaceIndex:
         return len(self.files())
 
     def update_file(self, path: str | os.PathLike[str], text: str | None = None) -> bool:
-        """(Re)index one file, from `text` (an editor buffer) or from disk. True when indexed."""
+        """(Re)index one file, from `text` (an editor buffer, same size and generated-file rules) or
+        from disk (skipped when its mtime and size are those already indexed). True when indexed."""
         path = self._normalise(path)
         if self.is_ignored(path) or language_for(None, path) is None:
             self.remove_file(path)
             return False
-        return self._index_path(path, text)
+        return self._index_path(path, text, if_changed=text is None)
 
     def remove_file(self, path: str | os.PathLike[str]) -> None:
         path = self._normalise(path)
@@ -101,7 +104,8 @@ class WorkspaceIndex:
         return paths
 
     def rescan(self, directory: str | os.PathLike[str]) -> list[str]:
-        """Re-walk `directory` (new, moved in, or its ignore rules changed). Returns changed paths."""
+        """Re-walk `directory` (new, moved in, or its ignore rules changed): index new and changed
+        files, forget gone and newly ignored ones. Returns the paths whose entries changed."""
         directory = self._normalise(directory)
         found = set(self._walk([directory])) if not self.is_ignored(directory, is_dir=True) else set()
         prefix = directory + os.sep
@@ -109,9 +113,15 @@ class WorkspaceIndex:
             stale = [path for path in self._files if path.startswith(prefix) and path not in found]
         for path in stale:
             self.remove_file(path)
+        changed = set(stale)
         for path in sorted(found):
-            self._index_path(path, None)
-        return sorted(found | set(stale))
+            with self._lock:
+                before = self._files.get(path)
+            self._index_path(path, None, if_changed=True)
+            with self._lock:
+                if self._files.get(path) is not before:
+                    changed.add(path)
+        return sorted(changed)
 
     def is_ignored(self, path: str | os.PathLike[str], is_dir: bool = False) -> bool:
         """Whether `path` is outside every root or skipped by the ignore rules of its root."""
@@ -260,21 +270,30 @@ class WorkspaceIndex:
             elif os.path.splitext(entry.name)[1].lower() in SOURCE_EXTENSIONS:
                 yield entry.path
 
-    def _index_path(self, path: str, text: str | None) -> bool:
+    def _index_path(self, path: str, text: str | None, if_changed: bool = False) -> bool:
+        """Index `path` from `text` or from disk; with `if_changed`, a disk file whose mtime and
+        size match the indexed copy is left alone."""
         language = language_for(None, path)
         if language is None:
             return False
+        stamp = None
         if text is None:
+            stamp = _stamp(path)
+            with self._lock:
+                entry = self._files.get(path)
+            if if_changed and entry is not None and stamp is not None and entry.stamp == stamp:
+                return True
             source = read_source(path, self.max_file_bytes)
-            if source.text is None:
-                self._skip(path, source.skipped or "unreadable")
-                return False
-            text = source.text
-        tags = tags_of_text(language, text, path, self.resolver)
+        else:
+            source = check_text(path, text, self.max_file_bytes)
+        if source.text is None:
+            self._skip(path, source.skipped or "unreadable")
+            return False
+        tags = tags_of_text(language, source.text, path, self.resolver)
         with self._lock:
             self._uninstall(path)
             self._skipped.pop(path, None)
-            self._install(IndexedFile(path, language.name, tags))
+            self._install(IndexedFile(path, language.name, tags, stamp))
         return True
 
     def _skip(self, path: str, reason: str) -> None:
@@ -305,6 +324,14 @@ class WorkspaceIndex:
                 importers.discard(path)
                 if not importers:
                     del self._importers[target]
+
+
+def _stamp(path: str) -> tuple[int, int] | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_mtime_ns, info.st_size
 
 
 def _is_builtin(name: str, path: str) -> bool:

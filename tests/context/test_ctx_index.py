@@ -118,10 +118,22 @@ def test_rescan_applies_new_ignore_rules(workspace: tuple[Path, Path]) -> None:
     app, _ = workspace
     index = WorkspaceIndex([app])
     index.build()
-    (app / ".gitignore").write_text("report.py\n")
-    changed = index.rescan(app)
-    assert str(app / "report.py") in changed
+    (app / ".gitignore").write_text("secret/\n*.tmp.py\nreport.py\n")
+    assert index.rescan(app) == [str(app / "report.py")]  # unchanged files are not re-parsed
     assert str(app / "report.py") not in index.files()
+    assert index.build() == 3 and index.rescan(app) == []
+
+
+def test_buffers_follow_the_same_rules(workspace: tuple[Path, Path]) -> None:
+    app, _ = workspace
+    index = WorkspaceIndex([app], max_file_bytes=10_000)
+    index.build()
+    assert not index.update_file(app / "util.py", "x = 1\n" * 5_000)
+    assert "larger than" in index.skipped()[str(app / "util.py")]
+    assert not index.update_file(app / "models.py", "# @generated\nclass Gen: pass\n")
+    assert index.definitions("Gen") == [] and index.definitions("User") == []
+    assert index.update_file(app / "models.py")  # back to the file on disk
+    assert len(index.definitions("User")) == 1
 
 
 def test_most_imported_prefers_definitions_used_across_files(workspace: tuple[Path, Path]) -> None:
