@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import platform
 import shutil
 import signal
 import sys
@@ -228,7 +229,7 @@ class Trainer:
             "preset": self.args.preset, "parameters": parameter_counts(self.cfg),
             "steps": self.state.step, "tokens": self.state.tokens, "target_tokens": self.state.target_tokens,
             "wall_time_s": round(self.state.elapsed_s, 1),
-            "context": self.context, "heldout": final, "args": {k: str(v) for k, v in vars(self.args).items()},
+            "context": self.context, "heldout": final, "hardware": _hardware(self.device), "args": {k: str(v) for k, v in vars(self.args).items()},
             "data": self.train_data.index["stats"], "sample_config": self.train_data.index["sample_config"],
         }
         (self.args.run_dir / "training.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -236,6 +237,14 @@ class Trainer:
 
     def _request_stop(self, signum: int, frame: object) -> None:
         self._stop = True
+
+
+def _hardware(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}"
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").is_file() else platform.processor()
+    return f"{cpu}, {torch.get_num_threads()} threads, torch {torch.__version__}"
 
 
 def _adamw(model: torch.nn.Module, args: argparse.Namespace) -> torch.optim.AdamW:

@@ -10,7 +10,10 @@ from pathlib import Path
 import pytest
 
 from training.corpus import Source, build_manifest
+from training.data import BuildConfig, build
+from training.samples import SampleConfig
 from training.tokenizer import save, train_bpe
+from training_support import train_args
 
 PACKAGE_FILES = {
     "shapes/__init__.py": '"""Shapes."""\nfrom .geometry import Point, distance\n',
@@ -85,3 +88,20 @@ def manifest_path(corpus_dir: Path) -> Path:
 def tokenizer_dir(corpus_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     texts = [p.read_text() for p in sorted(corpus_dir.rglob("*.py"))]
     return save(train_bpe(texts, vocab_size=640), tmp_path_factory.mktemp("tokenizer"), model_max_length=256)
+
+
+@pytest.fixture(scope="session")
+def shards(manifest_path, tokenizer_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("train-shards")
+    for split in ("train", "heldout"):
+        build(manifest_path, tokenizer_dir, root / split, SampleConfig(seq_len=129), BuildConfig(split=split))
+    return root
+
+
+@pytest.fixture(scope="session")
+def straight_run(shards, tokenizer_dir, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("straight")
+    from training.train import main
+
+    assert main(train_args(shards, tokenizer_dir, run_dir)) == 0
+    return run_dir

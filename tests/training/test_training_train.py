@@ -11,39 +11,11 @@ from safetensors.torch import load_file
 from model_runtime.config import ModelConfig
 from model_runtime.model import MoE, Transformer
 from training.balance import BiasBalancer
-from training.data import BuildConfig, build
 from training.presets import PRESETS, model_config, parameter_counts
-from training.samples import SampleConfig
 from training.schedule import LrSchedule, dsa_phase
 from training.train import main
 
-
-@pytest.fixture(scope="module")
-def shards(manifest_path, tokenizer_dir, tmp_path_factory):
-    root = tmp_path_factory.mktemp("train-shards")
-    for split in ("train", "heldout"):
-        build(manifest_path, tokenizer_dir, root / split, SampleConfig(seq_len=129), BuildConfig(split=split))
-    return root
-
-
-def train_args(shards, tokenizer_dir, run_dir, *extra: str) -> list[str]:
-    return [
-        "--preset", "tiny", "--train-data", str(shards / "train"), "--heldout-data", str(shards / "heldout"),
-        "--tokenizer", str(tokenizer_dir), "--run-dir", str(run_dir), "--batch-size", "2",
-        "--total-tokens", str(8 * 2 * 128), "--warmup-steps", "2", "--dense-fraction", "0.25",
-        "--eval-every", "4", "--eval-rows", "4", "--threads", "1", "--bias-update-rate", "0.01", *extra,
-    ]
-
-
-def log_records(run_dir):
-    return [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines()]
-
-
-@pytest.fixture(scope="module")
-def straight_run(shards, tokenizer_dir, tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("straight")
-    assert main(train_args(shards, tokenizer_dir, run_dir)) == 0
-    return run_dir
+from training_support import log_records, train_args
 
 
 def test_interrupted_run_resumes_exactly(straight_run, shards, tokenizer_dir, tmp_path):

@@ -1,0 +1,62 @@
+"""The model in the evaluation and the model card: prompt budget, CLI with --model, card contents."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from training import model_card
+from training.evaluate import ModelCompleter
+from training.evaluate import main as evaluate_main
+from training.holes import Hole
+
+
+@pytest.fixture(scope="module")
+def loaded(straight_run):
+    from model_runtime.runtime import load_model
+
+    return load_model(straight_run / "export")
+
+
+def test_prompts_fit_the_context_and_follow_the_serving_format(loaded):
+    completer = ModelCompleter(loaded, context=128, max_new_tokens=16)
+    prefix = "".join(f"value_{i} = compute({i})\n" for i in range(200))
+    suffix = "\n" + "".join(f"check(value_{i})\n" for i in range(200))
+    ids = completer.prompt_ids(prefix, suffix, "pkg/mod.py")
+    sp = loaded.tokenizer.special
+    assert len(ids) + 16 <= 128
+    assert ids[:2] == [sp.gmask, sp.sop] and ids[-1] == sp.code_middle
+    assert ids.index(sp.code_suffix) < ids.index(sp.code_prefix)  # SPM, as served
+    text = loaded.tokenizer.decode(ids)
+    assert text.startswith("# file: pkg/mod.py\n") and "value_199 = compute(199)\n" in text
+    answers = completer.complete_many([Hole("a.py", "x = 1\n", "\n", ""), Hole("b.py", "def f():\n", "\n", "")])
+    assert len(answers) == 2 and all(isinstance(a, str) and "\n" not in a for a in answers)
+
+
+def test_evaluate_cli_with_a_model_reports_holes_and_loss(straight_run, manifest_path, tmp_path):
+    out = tmp_path / "eval-model.json"
+    args = ["--model", str(straight_run / "export"), "--problems", "HumanEval/2", "--manifest", str(manifest_path), "--out", str(out)]
+    assert evaluate_main(args) == 0
+    results = json.loads(out.read_text())
+    loss = results["heldout"]["loss"]
+    assert results["humaneval"]["holes"] == 1 and 0 <= results["humaneval"]["pass_at_1"] <= 1
+    assert loss["files"] == 1 and loss["tokens"] > 50 and 0 < loss["nats_per_token"] < 10 and loss["bits_per_byte"] > 0
+
+
+def test_model_card_records_licences_training_and_scores(straight_run, manifest_path, shards, tmp_path):
+    baseline = {"completer": "similar-line", "humaneval": {"holes": 1033, "pass_at_1": 0.25, "exact_match": 0.125},
+                "heldout": {"holes": 8, "exact_match": 0.5}}
+    (tmp_path / "baseline.json").write_text(json.dumps(baseline))
+    out = tmp_path / "MODEL_CARD.md"
+    assert model_card.main([
+        "--run-dir", str(straight_run), "--manifest", str(manifest_path), "--shards", str(shards / "train"),
+        "--eval", str(tmp_path / "baseline.json"), "--out", str(out),
+    ]) == 0
+    card = out.read_text()
+    summary = json.loads((straight_run / "training.json").read_text())
+    assert "| MIT | 1 | 7 |" in card  # the test corpus: one MIT source with 7 files
+    assert "| demo | 1.0 | MIT | 7 |" in card
+    assert f"| optimizer steps | {summary['steps']} |" in card
+    assert "| similar-line | 25.0% | 12.5% | 50.0% | - |" in card
+    assert "glm_moe_dsa" in card and "index_topk" in card
