@@ -160,8 +160,7 @@ def _module_definitions(target: str, index: WorkspaceIndex) -> list[Definition]:
     tags = index.file_tags(target)
     if tags is not None:
         return list(tags.definitions)
-    files = [path for path in index.files() if os.path.dirname(path) == target]
-    return [d for path in files for d in (index.file_tags(path) or FileTags()).definitions]
+    return [d for path in index.files_in(target) for d in (index.file_tags(path) or FileTags()).definitions]
 
 
 def _nearby(

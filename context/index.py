@@ -141,6 +141,12 @@ class WorkspaceIndex:
         with self._lock:
             return sorted(self._files)
 
+    def files_in(self, directory: str | os.PathLike[str]) -> list[str]:
+        """Indexed files directly inside `directory` (a Go package, say)."""
+        directory = self._normalise(directory)
+        with self._lock:
+            return [path for path in self._files if os.path.dirname(path) == directory]
+
     def file_tags(self, path: str | os.PathLike[str]) -> FileTags | None:
         with self._lock:
             entry = self._files.get(self._normalise(path))

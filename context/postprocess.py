@@ -193,10 +193,11 @@ def _limit_by_indentation(text: str, ctx: PostContext) -> str:
 
 def _limit_by_brackets(text: str, ctx: PostContext) -> str:
     """Stop before a closer that closes more than the document is missing; after closing exactly
-    the missing ones, stop at the end of that line."""
+    the missing ones, stop at the end of that line. A trailing block left open (the model ran
+    out of tokens) is dropped back to the last line where the brackets balanced."""
     missing = max(0, _net_brackets(ctx.snapshot.text, ctx.language))
     masked = _mask(text, ctx.language)
-    depth = 0
+    depth, balanced_end = 0, -1
     for index, char in enumerate(masked):
         if char in OPEN_TO_CLOSE:
             depth += 1
@@ -209,6 +210,10 @@ def _limit_by_brackets(text: str, ctx: PostContext) -> str:
             if missing and depth == -missing:
                 end = text.find("\n", index)
                 return text if end < 0 else text[:end]
+        elif char == "\n" and depth == 0 and text[:index].strip():
+            balanced_end = index
+    if depth > 0 and balanced_end > 0 and ctx.language != "python":
+        return text[:balanced_end]
     return text
 
 

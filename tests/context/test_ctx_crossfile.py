@@ -128,3 +128,21 @@ def test_best_window_scores_jaccard() -> None:
     assert best_window(reference, "nothing shared here\n", 2) is None
     assert tokens_before("a b\nc d\ne fg", 2, "e f", 2) == frozenset({"c", "d", "e"})  # "f" is being typed
     assert tokens_before("a b\nc d\ne f", 2, "e f ", 2) == frozenset({"c", "d", "e", "f"})
+
+
+def test_go_package_imports_bring_the_used_definitions(tmp_path: Path) -> None:
+    (tmp_path / "go.mod").write_text("module example.com/shop\n\ngo 1.22\n")
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "item.go").write_text(
+        "package models\n\ntype Item struct{ Name string }\n\nfunc NewItem(name string) Item { return Item{Name: name} }\n\nfunc Unused() {}\n"
+    )
+    text = 'package main\n\nimport "example.com/shop/models"\n\nfunc main() {\n\titem := models.NewItem("x")\n\t\n}\n'
+    (tmp_path / "main.go").write_text(text)
+    index = WorkspaceIndex([tmp_path])
+    index.build()
+    assert index.files_in(tmp_path / "models") == [str(tmp_path / "models" / "item.go")]
+    snap = Document((tmp_path / "main.go").as_uri(), "go", 1, text).snapshot()
+    snippets = gather_snippets(snap, Position(6, 1), index, [], [], 500, count_words)
+    imported = [s for s in snippets if s.reason == "imported-definition"]
+    assert [s.text.split("(")[0] for s in imported] == ["func NewItem"]
+    assert imported[0].detail == "definition of `NewItem` from `example.com/shop/models` (imported at line 3)"

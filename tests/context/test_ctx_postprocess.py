@@ -76,6 +76,9 @@ def test_cut_to_single_line(marked: str, raw: str, expected: str) -> None:
         # ... and when the document lacks it, the completion may close it, then stops
         ("javascript", "function f() {┃", "\n  return 1;\n}\n\nfunction g() {}", "\n  return 1;\n}"),
         ("typescript", "if (ok) {\n  ┃\n}\n", "run(); }", "run();"),
+        # a second block cut off by the token limit is dropped
+        ("javascript", "const x = 1;\n┃\n", "function a() {\n  return 1;\n}\n\nfunction b() {\n  ret", "function a() {\n  return 1;\n}\n"),
+        ("javascript", "┃\n", "const o = {\n  a: 1,", "const o = {\n  a: 1,"),  # nothing balanced to go back to
     ],
 )
 def test_limit_to_block(language: str, marked: str, raw: str, expected: str) -> None:
