@@ -147,6 +147,14 @@ class WorkspaceIndex:
         with self._lock:
             return [path for path in self._files if os.path.dirname(path) == directory]
 
+    def directories(self, top: str | os.PathLike[str]) -> Iterator[str]:
+        """`top` and every directory below it that the ignore rules keep (for file watching)."""
+        top = self._normalise(top)
+        if self.root_of(top) is None or self.is_ignored(top, is_dir=True) and top not in self.roots:
+            return
+        yield top
+        yield from (path for path, is_dir in self._entries([top]) if is_dir)
+
     def file_tags(self, path: str | os.PathLike[str]) -> FileTags | None:
         with self._lock:
             entry = self._files.get(self._normalise(path))
@@ -247,6 +255,12 @@ class WorkspaceIndex:
         return real if any(real == r or real.startswith(r + os.sep) for r in self.roots) else path
 
     def _walk(self, tops: Iterable[str]) -> Iterator[str]:
+        """Source files under `tops`, skipping what the ignore rules skip."""
+        for path, is_dir in self._entries(tops):
+            if not is_dir and os.path.splitext(path)[1].lower() in SOURCE_EXTENSIONS:
+                yield path
+
+    def _entries(self, tops: Iterable[str]) -> Iterator[tuple[str, bool]]:
         for top in tops:
             root = self.root_of(top)
             if root is None:
@@ -256,7 +270,7 @@ class WorkspaceIndex:
             while stack:
                 yield from self._scan_dir(stack.pop(), rules, stack)
 
-    def _scan_dir(self, directory: str, rules: IgnoreRules, stack: list[str]) -> Iterator[str]:
+    def _scan_dir(self, directory: str, rules: IgnoreRules, stack: list[str]) -> Iterator[tuple[str, bool]]:
         try:
             entries = list(os.scandir(directory))
         except OSError as exc:
@@ -273,8 +287,7 @@ class WorkspaceIndex:
                 continue
             if is_dir:
                 stack.append(entry.path)
-            elif os.path.splitext(entry.name)[1].lower() in SOURCE_EXTENSIONS:
-                yield entry.path
+            yield entry.path, is_dir
 
     def _index_path(self, path: str, text: str | None, if_changed: bool = False) -> bool:
         """Index `path` from `text` or from disk; with `if_changed`, a disk file whose mtime and

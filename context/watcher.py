@@ -1,10 +1,14 @@
 """Keeps a `WorkspaceIndex` fresh when files change outside the editor (git, formatters, tools).
 
-Role: a watchdog observer over every root feeds a pending set; a flusher thread applies it to the
-index as one batch once events stop arriving for `debounce_s` (or after `max_delay_s` of
-continuous events), so a `git checkout` touching 500 files is one re-index batch.
+Role: a watchdog observer feeds a pending set; a flusher thread applies it to the index as one
+batch once events stop arriving for `debounce_s` (or after `max_delay_s` of continuous events),
+so a `git checkout` touching 500 files is one re-index batch.
 
 Invariants:
+- Only directories the index keeps are watched, each on its own (not recursively), so ignored
+  trees such as node_modules cost no inotify watches; a new directory gets its watches when its
+  batch is applied (its files are found by re-walking it). At most `max_watches` directories are
+  watched; a failed or refused watch is logged once, and indexing goes on without it.
 - Event threads only record paths; all index work happens on the flusher thread.
 - Paths the index would skip (vendored or hidden directories, non-source files) are dropped when
   the event arrives; git-ignore rules are applied by the index itself.
@@ -23,6 +27,7 @@ from pathlib import Path
 
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
+from watchdog.observers.api import ObservedWatch
 
 from context.ignore import is_vendored_dir
 from context.index import WorkspaceIndex
@@ -43,11 +48,16 @@ class IndexWatcher:
         on_change: ChangeCallback | None = None,
         debounce_s: float = 0.1,
         max_delay_s: float = 2.0,
+        max_watches: int = 50_000,
     ) -> None:
         self.index = index
         self.on_change = on_change
         self.debounce_s = debounce_s
         self.max_delay_s = max_delay_s
+        self.max_watches = max_watches
+        self._watches: dict[str, ObservedWatch] = {}
+        self._watch_lock = threading.Lock()
+        self._watch_failed = False
         self._cond = threading.Condition()
         self._files: set[str] = set()
         self._dirs_gone: set[str] = set()
@@ -56,20 +66,18 @@ class IndexWatcher:
         self._last_event = 0.0
         self._stopping = False
         self._observer: Observer | None = None
+        self._handler = _Handler(self)
         self._flusher: threading.Thread | None = None
 
     def start(self) -> None:
         if self._observer is not None:
             return
         self._stopping = False
-        observer = Observer()
-        handler = _Handler(self)
+        self._observer = Observer()
+        self._observer.daemon = True
         for root in self.index.roots:
-            if os.path.isdir(root):
-                observer.schedule(handler, root, recursive=True)
-        observer.daemon = True
-        observer.start()
-        self._observer = observer
+            self._watch_tree(root)
+        self._observer.start()
         self._flusher = threading.Thread(target=self._run, name="index-watcher", daemon=True)
         self._flusher.start()
 
@@ -85,6 +93,47 @@ class IndexWatcher:
         if flusher is not None:
             flusher.join()
         self._observer = self._flusher = None
+        with self._watch_lock:
+            self._watches.clear()
+
+    def watched(self) -> list[str]:
+        """The directories being watched."""
+        with self._watch_lock:
+            return sorted(self._watches)
+
+    def _watch_tree(self, top: str) -> None:
+        """Watch `top` and the directories below it that the index keeps."""
+        observer = self._observer
+        if observer is None:
+            return
+        for directory in self.index.directories(top):
+            with self._watch_lock:
+                if directory in self._watches:
+                    continue
+                if len(self._watches) >= self.max_watches:
+                    self._warn_once(f"more than {self.max_watches} directories; the rest are not watched")
+                    return
+                try:
+                    self._watches[directory] = observer.schedule(self._handler, directory, recursive=False)
+                except OSError as exc:
+                    self._warn_once(f"cannot watch {directory}: {exc} (inotify limit? see fs.inotify.max_user_watches)")
+                    return
+
+    def _unwatch_tree(self, top: str) -> None:
+        prefix = top.rstrip(os.sep) + os.sep
+        with self._watch_lock:
+            gone = [self._watches.pop(d) for d in list(self._watches) if d == top or d.startswith(prefix)]
+        for watch in gone:
+            if self._observer is not None:
+                try:
+                    self._observer.unschedule(watch)
+                except (KeyError, OSError):
+                    log.debug("index watcher: %s was no longer watched", watch.path)
+
+    def _warn_once(self, message: str) -> None:
+        if not self._watch_failed:
+            self._watch_failed = True
+            log.warning("index watcher: %s; changes there are indexed only on the next build", message)
 
     def record(self, event: FileSystemEvent) -> None:
         """Note one filesystem event (called on watchdog's thread)."""
@@ -114,8 +163,10 @@ class IndexWatcher:
             self._first_event = 0.0
         changed: set[str] = set()
         for directory in sorted(gone):
+            self._unwatch_tree(directory)
             changed.update(self.index.remove_tree(directory))
         for directory in sorted(new):
+            self._watch_tree(directory)
             changed.update(self.index.rescan(directory))
         for path in sorted(files):
             changed.update(self._apply_file(path))
@@ -135,6 +186,7 @@ class IndexWatcher:
 
     def _apply_file(self, path: str) -> list[str]:
         if os.path.basename(path) == ".gitignore":
+            self._watch_tree(os.path.dirname(path))
             return self.index.rescan(os.path.dirname(path))
         if os.path.isfile(path):
             self.index.update_file(path)

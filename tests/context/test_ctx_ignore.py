@@ -105,3 +105,13 @@ def test_read_source_reasons(tmp_path: Path) -> None:
     assert "UTF-8" in read_source(str(tmp_path / "latin.py"), 10_000).skipped
     assert "unreadable" in read_source(str(tmp_path / "missing.py"), 10_000).skipped
     assert read_source(str(tmp_path / "ok.py"), 10_000).text == "s = 'café'\n"
+
+
+def test_rules_above_a_root_inside_a_repository_apply(tmp_path: Path) -> None:
+    write(tmp_path, {".git/HEAD": "", ".gitignore": "sub/gen/\n/sub/local.py\n", "sub/gen/a.py": "", "sub/local.py": "", "sub/ok.py": ""})
+    rules = IgnoreRules(str(tmp_path / "sub"))
+    assert rules.top == str(tmp_path)
+    assert rules.is_ignored(str(tmp_path / "sub/gen/a.py"))
+    assert rules.is_ignored(str(tmp_path / "sub/local.py"))
+    assert not rules.is_ignored(str(tmp_path / "sub/ok.py"))
+    assert rules.is_ignored(str(tmp_path / "elsewhere.py"))  # outside the root

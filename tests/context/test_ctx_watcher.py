@@ -40,7 +40,7 @@ class Batches:
 
 
 @pytest.fixture
-def watched(tmp_path: Path) -> Iterator[tuple[Path, WorkspaceIndex, Batches]]:
+def running(tmp_path: Path) -> Iterator[tuple[Path, WorkspaceIndex, Batches, IndexWatcher]]:
     (tmp_path / "a.py").write_text("def alpha():\n    pass\n")
     index = WorkspaceIndex([tmp_path])
     index.build()
@@ -48,9 +48,14 @@ def watched(tmp_path: Path) -> Iterator[tuple[Path, WorkspaceIndex, Batches]]:
     watcher = IndexWatcher(index, on_change=batches, debounce_s=0.05)
     watcher.start()
     try:
-        yield tmp_path, index, batches
+        yield tmp_path, index, batches, watcher
     finally:
         watcher.stop()
+
+
+@pytest.fixture
+def watched(running: tuple[Path, WorkspaceIndex, Batches, IndexWatcher]) -> tuple[Path, WorkspaceIndex, Batches]:
+    return running[:3]
 
 
 def names(index: WorkspaceIndex, name: str) -> list[str]:
@@ -70,16 +75,35 @@ def test_create_modify_rename_delete(watched: tuple[Path, WorkspaceIndex, Batche
     assert {root / "a.py", root / "b.py", root / "c.py"} <= batches.changed()
 
 
-def test_directory_moves_and_deletes(watched: tuple[Path, WorkspaceIndex, Batches]) -> None:
-    root, index, _ = watched
+def test_directory_moves_and_deletes(running: tuple[Path, WorkspaceIndex, Batches, IndexWatcher]) -> None:
+    root, index, _, watcher = running
     staging = root.parent / f"{root.name}-staging"
-    (staging / "pkg").mkdir(parents=True)
+    (staging / "pkg" / "sub").mkdir(parents=True)
     (staging / "pkg" / "mod.py").write_text("def moved_in():\n    pass\n")
     (staging / "pkg").rename(root / "pkg")
     assert eventually(lambda: names(index, "moved_in") == ["mod.py"])
+    assert eventually(lambda: str(root / "pkg" / "sub") in watcher.watched())
+    (root / "pkg" / "sub" / "deep.py").write_text("def deep():\n    pass\n")  # seen through the new watch
+    assert eventually(lambda: names(index, "deep") == ["deep.py"])
+    (root / "pkg" / "sub" / "deep.py").unlink()
     (root / "pkg" / "mod.py").unlink()
+    (root / "pkg" / "sub").rmdir()
     (root / "pkg").rmdir()
-    assert eventually(lambda: names(index, "moved_in") == [])
+    assert eventually(lambda: names(index, "moved_in") == [] and names(index, "deep") == [])
+    assert eventually(lambda: str(root / "pkg") not in watcher.watched())
+
+
+def test_ignored_directories_are_not_watched(tmp_path: Path) -> None:
+    (tmp_path / "node_modules" / "dep" / "lib").mkdir(parents=True)
+    (tmp_path / "src" / "app").mkdir(parents=True)
+    (tmp_path / ".gitignore").write_text("generated/\n")
+    (tmp_path / "generated").mkdir()
+    watcher = IndexWatcher(WorkspaceIndex([tmp_path]))
+    watcher.start()
+    try:
+        assert watcher.watched() == [str(tmp_path), str(tmp_path / "src"), str(tmp_path / "src" / "app")]
+    finally:
+        watcher.stop()
 
 
 def test_ignored_paths_stay_out(watched: tuple[Path, WorkspaceIndex, Batches]) -> None:
