@@ -21,6 +21,8 @@
 
 (source_file (var_declaration (var_spec (identifier) @name.definition.variable)) @definition.variable)
 
+(source_file (var_declaration (var_spec_list (var_spec (identifier) @name.definition.variable) @definition.variable)))
+
 (method_elem name: (field_identifier) @name.definition.method) @definition.method
 
 ; --- references

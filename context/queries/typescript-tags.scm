@@ -70,6 +70,13 @@
   (#eq? @_module "module")
   (#eq? @_exports "exports")) @definition.function
 
+(assignment_expression
+  left: (member_expression
+    object: (identifier) @_exports
+    property: (property_identifier) @name.definition.function)
+  right: [(arrow_function) (function_expression)]
+  (#eq? @_exports "exports")) @definition.function
+
 (public_field_definition name: (property_identifier) @name.definition.field) @definition.field
 
 ; --- references

@@ -59,6 +59,10 @@ import (
 type Cart struct{ Items []m.Item }
 type Pricer interface{ Price() int }
 const Limit, Max = 10, 20
+var (
+\tdebug = false
+\tcount, total int
+)
 
 func (c *Cart) Total() int { return sum(c.Items) }
 func New() *Cart { fmt.Println("new"); return &Cart{} }
@@ -128,6 +132,11 @@ def test_typescript_tags() -> None:
     ]
 
 
+def test_commonjs_exports_are_definitions() -> None:
+    tags = extract_tags(snapshot("exports.handler = function () {};\nmodule.exports.other = () => 1;\nobj.x = function () {};\n", "javascript"))
+    assert kinds(tags) == [("handler", "function"), ("other", "function")]
+
+
 def test_tsx_adds_component_references() -> None:
     tags = extract_tags(snapshot("const a = <Card title={t}><div/></Card>;\n", "tsx"))
     assert [(r.name, r.kind) for r in tags.references] == [("Card", "class")]
@@ -137,7 +146,7 @@ def test_go_tags() -> None:
     tags = extract_tags(snapshot(GO, "go"))
     assert kinds(tags) == [
         ("Cart", "struct"), ("Pricer", "interface"), ("Price", "method"), ("Limit", "constant"), ("Max", "constant"),
-        ("Total", "method"), ("New", "function"),
+        ("debug", "variable"), ("count", "variable"), ("total", "variable"), ("Total", "method"), ("New", "function"),
     ]
     assert [(i.module, i.names) for i in tags.imports] == [("fmt", ()), ("example.com/shop/models", ())]
     assert {("sum", "call"), ("Println", "call"), ("Item", "type")} <= {(r.name, r.kind) for r in tags.references}
