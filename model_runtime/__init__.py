@@ -9,7 +9,13 @@ does not import torch; torch-backed names are resolved lazily on first attribute
 
 from __future__ import annotations
 
+import os
 from typing import Any
+
+# PyTorch's OpenMP threads spin while waiting. Sharing 2 cores with an editor (or anything else)
+# makes that spinning 20x slower than sleeping (measured: 19.7 s vs 0.9 s for the same decode).
+# Set before torch is first imported; the user's own setting wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 __all__ = ["load_model", "LoadedModel", "ModelConfig", "default_model_path"]
 

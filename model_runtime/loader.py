@@ -24,6 +24,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+import kernels
+
 from model_runtime.config import ModelConfig
 from model_runtime.model import Transformer
 from model_runtime.safetensors_mmap import SafetensorsFile, CorruptCheckpointError, CheckpointError, save_tensors
@@ -169,12 +171,10 @@ def _to_params(param: str, name: str, file: SafetensorsFile, files) -> dict[str,
 
 def fp8_dequant(weight: torch.Tensor, scale_inv: torch.Tensor, name: str, block: int = 128) -> torch.Tensor:
     """W[i,j] = fp8(W)[i,j] * scale_inv[i//block, j//block], cropping the edge blocks (fp32 out)."""
-    rows, cols = weight.shape
-    want = (-(-rows // block), -(-cols // block))
+    want = (-(-weight.shape[0] // block), -(-weight.shape[1] // block))
     if tuple(scale_inv.shape) != want:
         raise ShapeMismatchError(f"{name}_scale_inv: shape {tuple(scale_inv.shape)}, expected {want} for a {tuple(weight.shape)} weight")
-    scale = scale_inv.float().repeat_interleave(block, 0)[:rows].repeat_interleave(block, 1)[:, :cols]
-    return weight.float() * scale
+    return kernels.fp8_block_dequant(weight, scale_inv.float(), block, torch.float32)
 
 
 def _check_complete(model: Transformer, tensors: dict[str, torch.Tensor], cfg: ModelConfig) -> None:

@@ -30,6 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import kernels
+
 from model_runtime.config import ModelConfig
 from model_runtime.paged import PagedBatch, indexer_topk, sparse_attention
 from model_runtime.rope import apply_rope, rope_tables
@@ -43,6 +45,8 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not torch.is_grad_enabled():  # inference: the fused kernel (Triton on CUDA)
+            return kernels.rms_norm(x.reshape(-1, x.shape[-1]), self.weight, self.eps)[0].view(x.shape)
         xf = x.float()
         y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * y.to(x.dtype)
@@ -217,7 +221,7 @@ class MLA(nn.Module):
         q = torch.cat((q_abs, q_pe), -1)
         idx = batch.causal_slots if indices is None else indices
         o_lat, _ = sparse_attention(q, kv_cache, idx, self.scale, self.R)
-        return torch.einsum("nhc,hdc->nhd", o_lat.to(w_uv.dtype), w_uv)
+        return torch.einsum("nhc,hdc->nhd", o_lat, w_uv)
 
     def _attend_expanded(self, q_nope, q_pe, kv_flat, batch: PagedBatch, indices):
         outs = []

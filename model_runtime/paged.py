@@ -20,8 +20,8 @@ from functools import cached_property
 
 import torch
 
+import kernels
 from model_runtime.rope import rope_tables
-from model_runtime.topk import stable_topk
 
 
 @dataclass
@@ -115,51 +115,13 @@ class PagedBatch:
 def sparse_attention(
     q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor, scale: float, d_v: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """q [N,H,C] over cached keys kv_cache [NB,BS,C] at slots indices [N,K] -> ([N,H,d_v] fp32, lse [N,H]).
-
-    out = Σ_j softmax_j(scale · q·kv[idx_j]) · kv[idx_j, :d_v]; a query with no valid index gets 0.
-    """
-    kv_flat = kv_cache.view(-1, kv_cache.shape[-1])
-    n, h, c = q.shape
-    chunk = max(1, _CHUNK_BYTES // max(1, indices.shape[1] * c * 4))
-    outs, lses = [], []
-    for i in range(0, n, chunk):
-        idx = indices[i : i + chunk].long()
-        keys = kv_flat[idx.clamp(min=0)].float()  # [n, K, C]
-        s = torch.einsum("nhc,nkc->nhk", q[i : i + chunk].float(), keys) * scale
-        s = s.masked_fill((idx < 0)[:, None, :], float("-inf"))
-        lse = torch.logsumexp(s, -1)
-        p = torch.exp(s - lse[..., None]).nan_to_num(0.0)
-        outs.append(torch.einsum("nhk,nkc->nhc", p, keys[..., :d_v]))
-        lses.append(lse.masked_fill(torch.isneginf(lse), float("inf")))
-    return torch.cat(outs), torch.cat(lses)
+    """q [N,H,C] over cached keys kv_cache [NB,BS,C] at slots indices [N,K] -> ([N,H,d_v], lse [N,H])."""
+    return kernels.sparse_mla_attention(q, kv_cache, indices.to(torch.int32), scale, d_v)
 
 
 def indexer_topk(
     q: torch.Tensor, w: torch.Tensor, index_cache: torch.Tensor, batch: PagedBatch, scale: float, topk: int
 ) -> torch.Tensor:
-    """Physical slots [N, K] of the top-k keys of each query by indexer score (-1 padded).
-
-    I[s,t] = Σ_h w[s,h] · ReLU(scale · q[s,h]·k[t]) over causal keys t <= pos[s]; K = min(topk, T_max).
-    """
-    flat = index_cache.view(-1, index_cache.shape[-1])
-    k_max = min(topk, max(batch.context_len_list))
-    out = torch.full((q.shape[0], k_max), -1, dtype=torch.long, device=q.device)
-    for b, (start, end) in enumerate(batch.query_spans()):
-        n_keys = batch.context_len_list[b]
-        slots = batch.key_slots[b, :n_keys]
-        keys = flat[slots].float()
-        k = min(topk, n_keys)
-        chunk = max(1, _CHUNK_BYTES // max(1, n_keys * q.shape[1] * 4))
-        for i in range(start, end, chunk):
-            j = min(end, i + chunk)
-            s = torch.matmul(q[i:j].float().unsqueeze(0), keys.t()[None, None]) * scale  # [1,n,Hi,T]
-            scores = torch.matmul(w[i:j].unsqueeze(0).unsqueeze(-2), torch.relu(s)).squeeze(-2)[0]
-            causal = torch.arange(n_keys, device=q.device)[None, :] <= batch.positions[i:j, None]
-            scores = scores.masked_fill(~causal, float("-inf"))
-            values, top = stable_topk(scores, k)
-            out[i:j, :k] = torch.where(torch.isneginf(values), -1, slots[top])
-    return out
-
-
-_CHUNK_BYTES = 256 << 20
+    """Physical slots [N, topk] of each query's top-k causal keys by indexer score (-1 padded)."""
+    lens = torch.tensor(batch.context_len_list, device=q.device)
+    return kernels.indexer_topk(q, w, index_cache, batch.block_table, batch.seq_ids, batch.positions, lens, scale, topk)
