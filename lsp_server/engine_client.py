@@ -44,6 +44,7 @@ class ModelHandle:
     engine: EngineProtocol
     tokenizer: GlmTokenizer
     path: str
+    context_length: int  # the model's positions: prompt + max_tokens must fit
 
 
 ModelLoader = Callable[[str, str], ModelHandle]  # (checkpoint dir, device) -> handle
@@ -51,10 +52,23 @@ ModelLoader = Callable[[str, str], ModelHandle]  # (checkpoint dir, device) -> h
 
 def load_runtime(path: str, device: str) -> ModelHandle:
     """Load a checkpoint into the in-process runtime (imports torch; call off the event loop)."""
-    from model_runtime.engine import Engine
+    from model_runtime import load_model
 
-    engine = Engine.from_checkpoint(path, device=device)
-    return ModelHandle(engine=engine, tokenizer=engine.tokenizer, path=path)
+    loaded = load_model(path, device=device)
+    if loaded.tokenizer is None:
+        raise ValueError(f"{path}: the checkpoint has no usable tokenizer.json")
+    return ModelHandle(loaded.engine(), loaded.tokenizer, path, loaded.config.max_position_embeddings)
+
+
+def embedded_model_path() -> str | None:
+    """The default model shipped inside the package, when this installation has one."""
+    try:
+        from model_runtime import default_model_path
+
+        return str(default_model_path())
+    except (ImportError, AttributeError, OSError) as exc:
+        log.info("no embedded default model: %s", exc)
+        return None
 
 
 class ModelState(str, enum.Enum):
@@ -71,6 +85,8 @@ class EngineClient:
         self._loader = loader
         self._handle: ModelHandle | None = None
         self._loading: asyncio.Future[ModelHandle] | None = None
+        self._warming: asyncio.Event | None = None  # set when a running warm-up ends
+        self._closed = False
         self.state = ModelState.UNLOADED
         self.error: str | None = None
 
@@ -78,25 +94,43 @@ class EngineClient:
     def handle(self) -> ModelHandle | None:
         return self._handle
 
+    def start_loading(self, locate: Callable[[], str | None], device: str = "cpu") -> asyncio.Future[ModelHandle]:
+        """Begin loading (once) the model whose path `locate()` returns on the worker thread.
+
+        From this call on, `ready()` waits for the load instead of failing.
+        """
+        if self._loading is None:
+            self._loading = asyncio.ensure_future(self._load(locate, device))
+        return self._loading
+
     async def load(self, path: str, device: str = "cpu") -> ModelHandle:
         """Load the model at `path` once; later calls return the same handle."""
-        if self._handle is not None:
-            return self._handle
-        if self._loading is None:
-            self._loading = asyncio.ensure_future(self._load(path, device))
-        return await asyncio.shield(self._loading)
+        return await asyncio.shield(self.start_loading(lambda: path, device))
 
-    async def _load(self, path: str, device: str) -> ModelHandle:
+    async def _load(self, locate: Callable[[], str | None], device: str) -> ModelHandle:
         self.state = ModelState.LOADING
         try:
-            handle = await asyncio.to_thread(self._loader, path, device)
-        except Exception as exc:
-            self.state, self.error = ModelState.FAILED, f"cannot load model from {path}: {exc}"
-            log.exception("model load failed: %s", path)
-            raise ModelUnavailable(self.error) from exc
+            handle = await asyncio.to_thread(self._locate_and_load, locate, device)
+        except ModelUnavailable as exc:
+            self.state, self.error = ModelState.FAILED, exc.message
+            log.error("%s", exc.message)
+            raise
+        if self._closed:  # shut down while loading: do not leave an engine thread behind
+            handle.engine.shutdown()
+            raise ModelUnavailable("the server is shutting down")
         self._handle, self.state = handle, ModelState.READY
-        log.info("model ready: %s", path)
+        log.info("model ready: %s", handle.path)
         return handle
+
+    def _locate_and_load(self, locate: Callable[[], str | None], device: str) -> ModelHandle:
+        path = locate()
+        if path is None:
+            raise ModelUnavailable("no model: start the server with --model DIR or set initializationOptions.model")
+        try:
+            return self._loader(path, device)
+        except Exception as exc:
+            log.exception("model load failed: %s", path)
+            raise ModelUnavailable(f"cannot load model from {path}: {exc}") from exc
 
     async def ready(self) -> ModelHandle:
         """The loaded model; waits for a load in progress. Raises ModelUnavailable otherwise."""
@@ -115,6 +149,8 @@ class EngineClient:
         `GenerationFailed`; an abort from elsewhere returns the result with reason ABORT.
         """
         handle = await self.ready()
+        if self._warming is not None:
+            await self._warming.wait()
         loop = asyncio.get_running_loop()
         done: asyncio.Future[GenerationResult] = loop.create_future()
 
@@ -141,10 +177,18 @@ class EngineClient:
             raise GenerationFailed(f"generation failed: {result.error or 'unknown engine error'}")
         return result
 
+    def abort(self, request_id: str) -> None:
+        """Stop a running request early (its `generate` returns the text so far, reason ABORT)."""
+        if self._handle is not None:
+            self._handle.engine.abort(request_id)
+
     async def warmup(
         self, texts: list[str], progress: Callable[[float, str], None] | None = None
     ) -> WarmupReport:
-        """Run the engine's warm-up off the loop; `progress` is called on the loop."""
+        """Run the engine's warm-up off the loop; `progress` is called on the loop.
+
+        Generation requests made meanwhile wait until it ends.
+        """
         handle = await self.ready()
         loop = asyncio.get_running_loop()
 
@@ -152,12 +196,18 @@ class EngineClient:
             if progress is not None:
                 _call_soon(loop, progress, fraction, message)
 
-        return await asyncio.to_thread(handle.engine.warmup, texts, on_progress)
+        warming = self._warming = asyncio.Event()
+        try:
+            return await asyncio.to_thread(handle.engine.warmup, texts, on_progress)
+        finally:
+            warming.set()
+            self._warming = None
 
     def stats(self) -> EngineStats | None:
         return self._handle.engine.stats() if self._handle is not None else None
 
     def shutdown(self) -> None:
+        self._closed = True
         if self._handle is not None:
             self._handle.engine.shutdown()
             self._handle = None

@@ -21,7 +21,7 @@ def make_client(script=lambda r: "hello world", step_s=0.0):
 
     def loader(path, device):
         loads.append((path, device))
-        return ModelHandle(engine=engine, tokenizer=tok, path=path)
+        return ModelHandle(engine, tok, path, 4096)
 
     return EngineClient(loader), engine, loads
 
@@ -101,7 +101,7 @@ async def test_engine_error_and_rejected_submit_become_generation_failed():
             on_done(GenerationResult(req.request_id, (), "", FinishReason.ERROR, error="out of KV blocks"))
 
     failing = FailingEngine(engine.tokenizer, lambda r: "")
-    client2 = EngineClient(lambda p, d: ModelHandle(failing, engine.tokenizer, p))
+    client2 = EngineClient(lambda p, d: ModelHandle(failing, engine.tokenizer, p, 4096))
     await client2.load("ckpt")
     with pytest.raises(GenerationFailed, match="out of KV blocks"):
         await client2.generate(request())

@@ -1,0 +1,106 @@
+"""`workspace/executeCommand`: glm5.explainContext, glm5.stats, glm5.clearCache, glm5.applyFix,
+glm5.didAcceptCompletion.
+
+- `glm5.explainContext {uri, position}` -> what the model would see for a completion there:
+  `{prompt, kind, tokens: {...counts, total}, snippets: [{uri, range, reason, detail, tokens}],
+  budget}`. Builds the prompt exactly as a completion would, without generating.
+- `glm5.stats [{recent: N}]` -> completion outcomes, latency percentiles, prefill accounting,
+  telemetry counts, cache counters, model state and the engine's `EngineStats`; with `recent`,
+  the last N request records too.
+- `glm5.clearCache` -> forgets the type-through cache.
+- `glm5.applyFix <code action data>` -> computes a code action's edit and applies it through
+  `workspace/applyEdit` (for clients that do not resolve code actions).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict
+from typing import Any
+
+from lsprotocol import types
+from pygls.uris import from_fs_path
+
+from .. import convert
+from ..errors import InvalidParams
+from .code_actions import APPLY_FIX, compute, workspace_edit
+from .inline_completion import ACCEPT_COMMAND
+
+# pygls evaluates command handlers' annotations at call time, so this import cannot be
+# limited to type checking.
+from ..server import Glm5Server  # noqa: E402
+
+
+def register(ls: Glm5Server) -> None:
+    @ls.command("glm5.explainContext")
+    async def explain_context(ls: Glm5Server, *args: Any) -> dict[str, Any]:
+        raw = _single_object(args, "glm5.explainContext", ("uri", "position"))
+        uri = convert.parse_uri(raw, "glm5.explainContext")
+        position = convert.parse_position(raw.get("position"), "glm5.explainContext position")
+        return await explain(ls, uri, position)
+
+    @ls.command("glm5.stats")
+    def stats(ls: Glm5Server, *args: Any) -> dict[str, Any]:
+        recent = args[0].get("recent", 0) if args and isinstance(args[0], Mapping) else 0
+        if not isinstance(recent, int) or recent < 0:
+            raise InvalidParams(f"glm5.stats: recent must be a non-negative integer, got {recent!r}")
+        engine = ls.engine.stats()
+        return {
+            **ls.stats.summary(recent),
+            "cache": {"entries": len(ls.cache), "hits": ls.cache.hits, "misses": ls.cache.misses},
+            "model": {"state": ls.engine.state.value, "path": ls.model_path, "error": ls.engine.error},
+            "engine": asdict(engine) if engine is not None else None,
+        }
+
+    @ls.command("glm5.clearCache")
+    def clear_cache(ls: Glm5Server, *args: Any) -> dict[str, int]:
+        cleared = len(ls.cache)
+        ls.cache.clear()
+        return {"cleared": cleared}
+
+    @ls.command(APPLY_FIX)
+    async def apply_fix(ls: Glm5Server, *args: Any) -> dict[str, Any]:
+        if len(args) != 1:
+            raise InvalidParams(f"{APPLY_FIX}: expected one code action data object, got {len(args)} arguments")
+        fix = await compute(ls, args[0])
+        result = await ls.workspace_apply_edit_async(
+            types.ApplyWorkspaceEditParams(edit=workspace_edit(ls, fix), label=f"glm5: {args[0].get('action')}")
+        )
+        return {"applied": result.applied, "reason": result.failure_reason, "attempts": fix.attempts}
+
+    @ls.command(ACCEPT_COMMAND)
+    def did_accept(ls: Glm5Server, *args: Any) -> None:
+        raw = _single_object(args, ACCEPT_COMMAND, ("completionId",))
+        ls.stats.telemetry_event("accepted", str(raw["completionId"]))
+
+
+async def explain(ls: Glm5Server, uri: str, position: Any) -> dict[str, Any]:
+    snapshot = ls.snapshot(uri)
+    handle = await ls.engine.ready()
+    prepared = ls.prepare(snapshot, position, handle, force=True)
+    prompt = prepared.prompt
+    assert prompt is not None  # force=True always builds one
+    return {
+        "uri": uri,
+        "version": snapshot.version,
+        "kind": prepared.kind.value,
+        "prompt": handle.tokenizer.decode(list(prompt.ids), skip_special=False),
+        "tokens": {**prompt.token_counts, "total": len(prompt.ids)},
+        "snippets": [
+            {
+                "uri": from_fs_path(s.path) or s.path,
+                "range": {"start": asdict(s.range.start), "end": asdict(s.range.end)},
+                "reason": s.reason,
+                "detail": s.detail,
+                "tokens": s.tokens,
+            }
+            for s in prompt.snippets_used
+        ],
+        "budget": asdict(prepared.budget) if prepared.budget is not None else None,
+    }
+
+
+def _single_object(args: tuple[Any, ...], command: str, keys: tuple[str, ...]) -> Mapping[str, Any]:
+    if len(args) != 1 or not isinstance(args[0], Mapping) or any(k not in args[0] for k in keys):
+        raise InvalidParams(f"{command}: expected one argument {{{', '.join(keys)}}}, got {list(args)!r}")
+    return args[0]

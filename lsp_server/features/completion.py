@@ -1,0 +1,67 @@
+"""`textDocument/completion`: the model's completion as a completion item.
+
+For clients without inline completion (e.g. Emacs eglot, Helix). The item replaces the word
+prefix before the cursor with that prefix plus the completion, so the client's fuzzy filter
+(which matches the typed word against `filterText`) keeps it. The list is `isIncomplete`: the
+client asks again as the user types (and type-through hits the cache).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from lsprotocol import types
+
+from .. import convert
+from .inline_completion import accept_command
+
+if TYPE_CHECKING:
+    from ..server import Glm5Server
+
+_WORD_TAIL = re.compile(r"[\w$]*$")
+LABEL_CHARS = 80
+
+
+def register(ls: Glm5Server) -> None:
+    @ls.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(resolve_provider=False))
+    async def completion(ls: Glm5Server, params: types.CompletionParams) -> types.CompletionList:
+        invoked = params.context is not None and params.context.trigger_kind == types.CompletionTriggerKind.Invoked
+        uri = params.text_document.uri
+        answer = await ls.completions.complete(
+            uri, convert.position(params.position), ls.protocol.msg_id or "", "items", automatic=not invoked
+        )
+        if not answer.text:
+            return types.CompletionList(is_incomplete=True, items=[])
+        line = ls.snapshot(uri).line(answer.position.line)
+        word = _WORD_TAIL.search(_utf16_prefix(line, answer.position.character)).group()  # type: ignore[union-attr]
+        start = types.Position(line=answer.position.line, character=answer.position.character - _utf16_len(word))
+        new_text = word + answer.text
+        first_line = new_text.split("\n", 1)[0].strip() or new_text.strip()
+        item = types.CompletionItem(
+            label=first_line[:LABEL_CHARS],
+            kind=types.CompletionItemKind.Snippet,
+            detail="glm5",
+            documentation=types.MarkupContent(kind=types.MarkupKind.Markdown, value=f"```\n{new_text}\n```"),
+            filter_text=new_text,
+            sort_text="0",
+            preselect=True,
+            insert_text_format=types.InsertTextFormat.PlainText,
+            text_edit=types.TextEdit(range=types.Range(start=start, end=convert.lsp_position(answer.position)), new_text=new_text),
+            command=accept_command(answer),
+        )
+        return types.CompletionList(is_incomplete=True, items=[item])
+
+
+def _utf16_len(text: str) -> int:
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
+
+
+def _utf16_prefix(line: str, character: int) -> str:
+    """The part of `line` before UTF-16 column `character`."""
+    units = 0
+    for index, char in enumerate(line):
+        if units >= character:
+            return line[:index]
+        units += 2 if ord(char) > 0xFFFF else 1
+    return line

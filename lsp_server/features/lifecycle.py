@@ -1,0 +1,60 @@
+"""initialize / initialized / shutdown.
+
+- initialize: read `initializationOptions` (settings, `streaming`, `model`) and the workspace
+  roots (folders, else rootUri/rootPath). Bad option values are reported to the user and the
+  defaults kept; the server still starts.
+- initialized: start loading the model at once (so completions wait for it rather than fail),
+  then run the background start-up (index, watcher, warm-up) as a task.
+- shutdown: stop the start-up task, the watcher and the engine thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from context.document import path_from_uri
+from lsprotocol import types
+
+from ..completion_cache import CompletionCache
+from ..settings import parse_settings
+from ..startup import locate_model, start_up
+
+if TYPE_CHECKING:
+    from ..server import Glm5Server
+
+log = logging.getLogger(__name__)
+
+
+def register(ls: Glm5Server) -> None:
+    @ls.feature(types.INITIALIZE)
+    def initialize(ls: Glm5Server, params: types.InitializeParams) -> None:
+        ls.settings, problems = parse_settings(params.initialization_options, ls.settings)
+        ls.cache = CompletionCache(ls.settings.cache_size)
+        for problem in problems:
+            ls.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning, message=f"glm5: {problem}"))
+        ls.roots = workspace_roots(params)
+        log.info("initialize: roots %s, settings %s", ls.roots, ls.settings)
+
+    @ls.feature(types.INITIALIZED)
+    def initialized(ls: Glm5Server, params: types.InitializedParams) -> None:
+        ls.engine.start_loading(lambda: locate_model(ls), ls.device)
+        ls.startup_task = asyncio.ensure_future(start_up(ls))
+
+    @ls.feature(types.SHUTDOWN)
+    async def shutdown(ls: Glm5Server, params: None) -> None:
+        if ls.startup_task is not None:
+            ls.startup_task.cancel()
+        await asyncio.to_thread(ls.shutdown_runtime)
+
+
+def workspace_roots(params: types.InitializeParams) -> list[Path]:
+    uris = [f.uri for f in params.workspace_folders or []]
+    if not uris and params.root_uri:
+        uris = [params.root_uri]
+    paths = [path_from_uri(uri) for uri in uris]
+    if not uris and params.root_path:
+        paths = [params.root_path]
+    return [Path(p) for p in paths if p]

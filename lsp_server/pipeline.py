@@ -1,0 +1,112 @@
+"""The completion pipeline without LSP: snapshot + position -> prompt -> (model) -> final text.
+
+Role: shared by the language server and the headless `lsp_server complete` command, so both
+run exactly the same steps: classify the cursor (empty / single line / multi line), gather
+cross-file snippets, build the budgeted FIM prompt, choose sampling, and post-process the
+model's raw text (also its partial text while streaming).
+
+Invariants: pure with respect to its inputs (no I/O, no engine); the prompt plus the token cap
+always fits the model's context length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from context.classify import CompletionKind, classify
+from context.crossfile import Snippet, gather_snippets
+from context.document import DocumentSnapshot
+from context.edits import RecentEdits
+from context.index import WorkspaceIndex
+from context.positions import Position
+from context.postprocess import PostContext, postprocess
+from context.prompt import Prompt, PromptBudget, build_prompt
+from model_runtime.api import SamplingParams
+from model_runtime.tokenizer import GlmTokenizer
+
+from .settings import ServerSettings
+
+RECENT_EDITS = 16
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """Everything needed to run one completion and post-process its output."""
+
+    snapshot: DocumentSnapshot
+    position: Position
+    kind: CompletionKind
+    prompt: Prompt | None  # None when the cursor is a place not to complete (kind EMPTY)
+    sampling: SamplingParams
+    snippets: tuple[Snippet, ...]
+    budget: PromptBudget | None
+
+    @property
+    def post_context(self) -> PostContext:
+        return PostContext.of(self.snapshot, self.position, self.kind)
+
+
+def completion_kind(snapshot: DocumentSnapshot, position: Position, multiline: str) -> CompletionKind:
+    """The syntax tree's decision, overridden by the `multiline` setting (never/always)."""
+    kind = classify(snapshot, position)
+    if kind is CompletionKind.EMPTY or multiline == "auto":
+        return kind
+    return CompletionKind.MULTI_LINE if multiline == "always" else CompletionKind.SINGLE_LINE
+
+
+def sampling_for(kind: CompletionKind, settings: ServerSettings, seed: int | None = None) -> SamplingParams:
+    single = kind is CompletionKind.SINGLE_LINE
+    return SamplingParams(
+        max_tokens=settings.single_line_max_tokens if single else settings.max_tokens,
+        temperature=settings.temperature,
+        seed=seed,
+        stop_strings=("\n",) if single else (),
+    )
+
+
+def prepare(
+    snapshot: DocumentSnapshot,
+    position: Position,
+    tokenizer: GlmTokenizer,
+    context_length: int,
+    settings: ServerSettings,
+    index: WorkspaceIndex | None,
+    open_docs: list[DocumentSnapshot],
+    recent_edits: RecentEdits | None,
+    force: bool = False,
+    roots: Sequence[str] = (),
+) -> Prepared:
+    """Build the request for a completion at `position` (`force`: complete even where EMPTY).
+
+    `roots` (workspace folders) make the paths in the prompt header relative.
+    """
+    kind = completion_kind(snapshot, position, settings.multiline)
+    if kind is CompletionKind.EMPTY and force:
+        kind = CompletionKind.SINGLE_LINE
+    sampling = sampling_for(kind, settings)
+    if kind is CompletionKind.EMPTY:
+        return Prepared(snapshot, position, kind, None, sampling, (), None)
+    budget = PromptBudget(max_tokens=max(16, min(settings.prompt_tokens, context_length - sampling.max_tokens)))
+    edits = recent_edits.recent(RECENT_EDITS) if recent_edits is not None else []
+    header_tokens = int(budget.max_tokens * budget.header_share)
+    snippets = gather_snippets(snapshot, position, index, open_docs, edits, header_tokens, tokenizer.count)
+    prompt = build_prompt(snapshot, position, snippets, tokenizer, budget, roots)
+    return Prepared(snapshot, position, kind, prompt, sampling, tuple(snippets), budget)
+
+
+def finish(prepared: Prepared, raw: str) -> str:
+    """The text to show for the model's raw output (or its partial output while streaming)."""
+    return postprocess(raw, prepared.post_context)
+
+
+def block_finished(raw: str, final: str) -> bool:
+    """True when post-processing cut `raw` at a line and the model already wrote past it.
+
+    Then more tokens cannot change the answer, and generation can stop early.
+    """
+    if not final.strip() or not raw.startswith(final):
+        return False
+    rest = raw[len(final) :]
+    newline = rest.find("\n")
+    return newline >= 0 and rest[newline + 1 :].strip() != ""

@@ -1,0 +1,81 @@
+"""The JSON-RPC/LSP protocol layer: pygls's, with our document sync and bad-input handling.
+
+Role:
+- Document sync notifications go straight to the server's handlers, which keep the one copy
+  of each document (`context.document.Document`, re-parsed incrementally). pygls's own
+  workspace copy is not kept, so a 5 MB file is held once and an edit is applied once.
+- A request whose params cannot be decoded is answered with InvalidParams for its id (pygls
+  would drop it, leaving the client waiting forever). Undecodable JSON is answered with a
+  ParseError (id null), a message that is not a JSON-RPC object with InvalidRequest.
+
+Invariant: every request gets exactly one response; no input stops the read loop.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import Any
+
+from lsprotocol import types
+from pygls.exceptions import JsonRpcException
+from pygls.protocol import LanguageServerProtocol
+from pygls.protocol.language_server import lsp_method
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class _UndecodableRequest:
+    """A request whose params did not match the method's schema."""
+
+    id: int | str
+    method: str
+    error: JsonRpcException
+
+
+class Glm5Protocol(LanguageServerProtocol):
+    def structure_message(self, data: dict[str, Any]) -> Any:
+        try:
+            return super().structure_message(data)
+        except JsonRpcException as exc:
+            if "id" in data and "method" in data and isinstance(data["id"], int | str):
+                return _UndecodableRequest(data["id"], str(data["method"]), exc)
+            raise
+
+    def handle_message(self, message: Any) -> None:
+        if isinstance(message, _UndecodableRequest):
+            log.warning("request %s %s: params do not match the schema", message.id, message.method)
+            self.send_error(message.id, types.ErrorCodes.InvalidParams, f"invalid params for {message.method}")
+            return
+        if not hasattr(message, "jsonrpc"):
+            self.send_error(None, types.ErrorCodes.InvalidRequest, "not a JSON-RPC message object")
+            return
+        super().handle_message(message)
+
+    def send_error(self, msg_id: int | str | None, code: types.ErrorCodes, message: str) -> None:
+        """An error response; id may be None (JSON-RPC requires `"id": null` then)."""
+        self._send_data({"jsonrpc": "2.0", "id": msg_id, "error": {"code": code.value, "message": message}})
+
+    def report_bad_input(self, error: Exception) -> None:
+        """Answer input the read loop could not even decode (pygls only logs it)."""
+        if isinstance(error, json.JSONDecodeError | UnicodeDecodeError):
+            self.send_error(None, types.ErrorCodes.ParseError, f"invalid JSON: {error}")
+
+    def _user_handler(self, method: str, params: Any) -> Generator[Any, Any, None]:
+        if (handler := self.fm.features.get(method)) is not None:
+            yield handler, (params,), None
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_OPEN)
+    def lsp_text_document__did_open(self, params: types.DidOpenTextDocumentParams) -> Generator[Any, Any, None]:
+        yield from self._user_handler(types.TEXT_DOCUMENT_DID_OPEN, params)
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
+    def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams) -> Generator[Any, Any, None]:
+        yield from self._user_handler(types.TEXT_DOCUMENT_DID_CHANGE, params)
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CLOSE)
+    def lsp_text_document__did_close(self, params: types.DidCloseTextDocumentParams) -> Generator[Any, Any, None]:
+        yield from self._user_handler(types.TEXT_DOCUMENT_DID_CLOSE, params)

@@ -1,0 +1,128 @@
+"""`Glm5Server`: the language server's state, and `build_server()` which wires the features.
+
+Role: one object holds what the handlers share: settings, open documents (by version), the
+cursor per document, the workspace index and its watcher, recent edits, the engine client,
+in-flight completion jobs, the completion cache and local statistics. Handlers (one feature
+per file in `features/`) stay thin and call into this state and the services.
+
+Invariants:
+- Edits mutate documents synchronously, in message order; every request works on an
+  immutable `DocumentSnapshot` of one version.
+- The index may be None until the background start-up has built it; readers handle that.
+- No torch at import: the engine is loaded by `EngineClient` on a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any
+
+from context.cursor import CursorTracker
+from context.document import Document, DocumentSnapshot
+from context.edits import RecentEdits
+from context.index import WorkspaceIndex
+from context.positions import Position
+from context.watcher import IndexWatcher
+from lsprotocol import types
+from pygls.lsp.server import LanguageServer
+
+from . import __version__, pipeline
+from .analysis import Analysis
+from .completion_cache import CompletionCache
+from .completions import Completions
+from .engine_client import EngineClient, ModelHandle, ModelLoader, load_runtime
+from .errors import DocumentNotOpen
+from .fixer import Fixer
+from .jobs import CompletionJobs
+from .pipeline import Prepared
+from .protocol import Glm5Protocol
+from .settings import ServerSettings
+from .stats import ServerStats
+
+log = logging.getLogger(__name__)
+
+
+class Glm5Server(LanguageServer):
+    def __init__(self, loader: ModelLoader = load_runtime, model: str | None = None, device: str | None = None) -> None:
+        super().__init__(
+            name="glm5-lsp",
+            version=__version__,
+            protocol_cls=Glm5Protocol,
+            text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
+        )
+        self.cli_model = model
+        self.cli_device = device
+        self.settings = ServerSettings()
+        self.documents: dict[str, Document] = {}
+        self.cursors = CursorTracker()
+        self.recent_edits = RecentEdits()
+        self.index: WorkspaceIndex | None = None
+        self.index_ready = asyncio.Event()  # set once the first index build ended
+        self.index_generation = 0  # the latest build wins when roots change during a build
+        self.watcher: IndexWatcher | None = None
+        self.roots: list[Path] = []
+        self.engine = EngineClient(loader)
+        self.jobs = CompletionJobs()
+        self.cache = CompletionCache(self.settings.cache_size)
+        self.stats = ServerStats()
+        self.analysis = Analysis(self)
+        self.completions = Completions(self)
+        self.fixer = Fixer(self)
+        self.startup_task: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    @property
+    def model_path(self) -> str | None:
+        return self.cli_model or self.settings.model
+
+    @property
+    def device(self) -> str:
+        return self.cli_device or self.settings.device
+
+    def snapshot(self, uri: str) -> DocumentSnapshot:
+        document = self.documents.get(uri)
+        if document is None:
+            raise DocumentNotOpen(uri)
+        return document.snapshot()
+
+    def document_version(self, uri: str) -> int | None:
+        document = self.documents.get(uri)
+        return document.version if document is not None else None
+
+    def open_snapshots(self, exclude: str | None = None) -> list[DocumentSnapshot]:
+        return [d.snapshot() for uri, d in self.documents.items() if uri != exclude]
+
+    def background(self, work: Coroutine[Any, Any, Any]) -> None:
+        """Run `work` as a task the server keeps a reference to until it ends."""
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def prepare(self, snapshot: DocumentSnapshot, position: Position, handle: ModelHandle, force: bool = False) -> Prepared:
+        """The completion pipeline's request for `position`, with all of the server's context."""
+        return pipeline.prepare(
+            snapshot, position, handle.tokenizer, handle.context_length, self.settings, self.index,
+            self.open_snapshots(exclude=snapshot.uri), self.recent_edits, force, [str(r) for r in self.roots],
+        )
+
+    def report_server_error(self, error: Exception, source: object) -> None:
+        """Errors outside a request's answer: logged; undecodable input is answered."""
+        log.error("%s: %s", getattr(source, "__name__", source), error)
+        self.protocol.report_bad_input(error)
+
+    def shutdown_runtime(self) -> None:
+        if self.watcher is not None:
+            self.watcher.stop()
+            self.watcher = None
+        self.engine.shutdown()
+
+
+def build_server(model: str | None = None, device: str | None = None, loader: ModelLoader = load_runtime) -> Glm5Server:
+    from .features import register_all
+
+    server = Glm5Server(loader=loader, model=model, device=device)
+    register_all(server)
+    return server

@@ -1,0 +1,149 @@
+"""Background start-up after `initialized`: index the workspace, load the model, warm it up.
+
+Role: runs as one task so the server answers requests meanwhile. Indexing and model loading
+run in parallel on worker threads; then `engine.warmup` runs forwards over representative
+workspace text (the most-imported definitions and the open files), and one completion goes
+through the whole pipeline (prompt builder, engine, post-processing) so the first real
+completion finds every code path and the prompt's stable prefix already warm.
+Each phase is shown with work-done progress; `glm5/status` says warming -> ready (or error).
+
+Invariants: a failing phase is reported (status "error" with the reason, and a message to the
+user) and never stops the server; completions waiting for the model then get the error.
+`index_ready` is set whether or not indexing succeeded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from context.index import WorkspaceIndex
+from context.watcher import IndexWatcher
+from lsprotocol import types
+from model_runtime.api import GenerationRequest
+
+from . import pipeline
+from .engine_client import ModelHandle, embedded_model_path
+from .errors import Glm5Error
+from .progress import WorkDone, send_status
+
+if TYPE_CHECKING:
+    from .server import Glm5Server
+
+log = logging.getLogger(__name__)
+
+WARMUP_DEFINITIONS = 8
+WARMUP_CHARS = 4000
+
+
+def locate_model(ls: Glm5Server) -> str | None:
+    """--model, else initializationOptions.model, else the embedded default (worker thread)."""
+    return ls.model_path or embedded_model_path()
+
+
+async def start_up(ls: Glm5Server) -> None:
+    """The start-up sequence; the model load must already have been started (`initialized`)."""
+    send_status(ls, "warming", "indexing the workspace and loading the model", 0.0)
+    model = asyncio.ensure_future(load_model(ls))
+    await build_index(ls, ls.roots)
+    handle = await model
+    if handle is None:
+        return
+    if ls.settings.warmup:
+        await warm_up(ls)
+    send_status(ls, "ready", f"model {handle.path}")
+
+
+async def build_index(ls: Glm5Server, roots: list[Path]) -> None:
+    """Index `roots` on a worker thread, then swap it in and (re)start the watcher."""
+    ls.index_generation += 1
+    generation = ls.index_generation
+    index = WorkspaceIndex(roots)
+    loop = asyncio.get_running_loop()
+    try:
+        async with WorkDone(ls, "glm5: indexing workspace") as work:
+
+            def progress(done: int, total: int, path: str) -> None:
+                loop.call_soon_threadsafe(work.report, done / total if total else 1.0, path)
+
+            await asyncio.to_thread(index.build, progress)
+    except Exception as exc:
+        log.exception("indexing failed")
+        ls.window_log_message(types.LogMessageParams(type=types.MessageType.Error, message=f"glm5: indexing failed: {exc}"))
+        ls.index_ready.set()
+        return
+    if generation != ls.index_generation:
+        return  # the roots changed meanwhile; a newer build is running
+    if ls.watcher is not None:
+        ls.watcher.stop()
+    ls.index = index
+    ls.watcher = IndexWatcher(index, lambda paths: _call_soon(loop, ls.analysis.refresh_all))
+    ls.watcher.start()
+    ls.index_ready.set()
+    ls.analysis.refresh_all()  # re-apply unsaved open documents over what was read from disk
+
+
+async def load_model(ls: Glm5Server) -> ModelHandle | None:
+    try:
+        async with WorkDone(ls, "glm5: loading model"):
+            return await ls.engine.ready()
+    except Glm5Error as exc:
+        return _fail(ls, exc.message)
+
+
+async def warm_up(ls: Glm5Server) -> None:
+    texts = warmup_texts(ls)
+    try:
+        async with WorkDone(ls, "glm5: warming up") as work:
+
+            def progress(fraction: float, message: str) -> None:
+                work.report(fraction * 0.9, message)
+                send_status(ls, "warming", message, fraction)
+
+            report = await ls.engine.warmup(texts, progress)
+            log.info("warm-up: %s", report)
+            work.report(0.95, "first completion")
+            await _first_completion(ls)
+    except Exception as exc:  # warm-up is an optimisation: log and carry on
+        log.exception("warm-up failed")
+        ls.window_log_message(types.LogMessageParams(type=types.MessageType.Warning, message=f"glm5: warm-up failed: {exc}"))
+
+
+def warmup_texts(ls: Glm5Server) -> list[str]:
+    """The most-imported definitions of the workspace, then the open files (bounded)."""
+    texts: list[str] = []
+    if ls.index is not None:
+        texts += [d.text_snippet[:WARMUP_CHARS] for d in ls.index.most_imported(WARMUP_DEFINITIONS) if d.text_snippet]
+    texts += [s.text[:WARMUP_CHARS] for s in ls.open_snapshots() if s.text.strip()]
+    return texts or ["def main():\n    return 0\n"]
+
+
+async def _first_completion(ls: Glm5Server) -> None:
+    """One completion through the whole pipeline, at the cursor of an open file, not shown."""
+    snapshots = ls.open_snapshots()
+    handle = ls.engine.handle
+    if not snapshots or handle is None:
+        return
+    snapshot = snapshots[0]
+    position = ls.cursors.get(snapshot.uri) or snapshot.position_at(len(snapshot.text))
+    prepared = ls.prepare(snapshot, position, handle, force=True)
+    if prepared.prompt is not None:
+        result = await ls.engine.generate(GenerationRequest("warmup-completion", tuple(prepared.prompt.ids), prepared.sampling))
+        pipeline.finish(prepared, result.text)
+
+
+def _fail(ls: Glm5Server, message: str) -> None:
+    log.error("%s", message)
+    send_status(ls, "error", message)
+    ls.window_show_message(types.ShowMessageParams(type=types.MessageType.Error, message=f"glm5: {message}"))
+    return None
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, fn: object) -> None:
+    try:
+        loop.call_soon_threadsafe(fn)  # type: ignore[arg-type]
+    except RuntimeError:
+        log.debug("event loop closed; index change not forwarded")
+

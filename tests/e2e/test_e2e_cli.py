@@ -1,0 +1,93 @@
+"""End to end: the command line. `lsp_server complete FILE:LINE:COL` with the tiny model, its
+input errors, `--help`, and the server over `--tcp`."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from lsprotocol import types
+from pygls.lsp.client import LanguageClient
+
+from lsp_harness import REPO, client_capabilities, server_env
+
+pytestmark = pytest.mark.e2e
+
+
+def lsp_server(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "lsp_server", *args], cwd=REPO, env=server_env(), capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("headless")
+    (root / "shapes.py").write_text("def area(r):\n    return 3.14 * r * r\n")
+    (root / "main.py").write_text("from shapes import area\n\nprint(area(2))\nvalue = \n")
+    (root / "bad.py").write_bytes(b"x = '\xff'\n")
+    return root
+
+
+def test_complete_streams_a_completion_to_stdout(project, tiny_checkpoint):
+    done = lsp_server("complete", f"{project / 'main.py'}:4:9", "--workspace", str(project),
+                      "--model", str(tiny_checkpoint), "--max-tokens", "6")
+    assert done.returncode == 0, done.stderr
+    assert "prompt tokens" in done.stderr and "generated" in done.stderr
+    assert "\n" not in done.stdout.rstrip("\n")  # a single-line completion at the end of `value = `
+
+
+@pytest.mark.parametrize(
+    ("location", "message"),
+    [
+        ("main.py", "expected FILE:LINE:COL"),
+        ("main.py:0:1", "expected FILE:LINE:COL"),
+        ("missing.py:1:1", "cannot read"),
+        ("bad.py:1:1", "not valid UTF-8"),
+    ],
+)
+def test_complete_rejects_bad_input_with_status_2(project, tiny_checkpoint, location, message):
+    done = lsp_server("complete", f"{project}/{location}", "--model", str(tiny_checkpoint), timeout=60)
+    assert done.returncode == 2 and message in done.stderr
+
+
+def test_help_says_lines_and_columns_are_one_based():
+    done = lsp_server("complete", "--help", timeout=60)
+    assert done.returncode == 0 and "1-based" in done.stdout
+
+
+def test_the_server_speaks_lsp_over_tcp(tiny_checkpoint, tmp_path):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "lsp_server", "--tcp", f"127.0.0.1:{port}", "--model", str(tiny_checkpoint),
+         "--log-file", str(tmp_path / "tcp.log")],
+        cwd=REPO, env=server_env(),
+    )
+    try:
+        asyncio.run(_tcp_session(port))
+        assert server.wait(timeout=30) == 0
+    finally:
+        if server.poll() is None:
+            server.kill()
+
+
+async def _tcp_session(port: int) -> None:
+    client = LanguageClient("tcp-test", "1")
+    for _ in range(200):
+        try:
+            await client.start_tcp("127.0.0.1", port)
+            break
+        except OSError:
+            await asyncio.sleep(0.05)
+    result = await client.initialize_async(types.InitializeParams(capabilities=client_capabilities()))
+    assert result.capabilities.inline_completion_provider is not None
+    client.initialized(types.InitializedParams())
+    await client.shutdown_async(None)
+    client.exit(None)
+    await asyncio.sleep(0.2)

@@ -1,0 +1,45 @@
+"""The real language server with the scripted fake engine, for protocol-level tests.
+
+Run as a subprocess (PYTHONPATH = repo root + tests/lsp_server). Configuration comes from the
+environment variable GLM5_FAKE, a JSON object:
+    text     what every request generates unless a rule matches (default "fake_value")
+    rules    [[substring, reply], ...]: the first rule whose substring occurs in the decoded
+             prompt (special tokens included) gives the reply
+    step_s   seconds per decode step (default 0.0)
+    log      log file path
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+from lsp_fakes import FakeEngine, byte_tokenizer
+
+from lsp_server.engine_client import ModelHandle
+from lsp_server.server import build_server
+
+
+def main() -> None:
+    config = json.loads(os.environ.get("GLM5_FAKE", "{}"))
+    if config.get("log"):
+        logging.basicConfig(filename=config["log"], level=logging.DEBUG, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        logging.getLogger("pygls").setLevel(logging.WARNING)
+        logging.getLogger("watchdog").setLevel(logging.WARNING)
+    tokenizer = byte_tokenizer()
+    rules = [(needle, reply) for needle, reply in config.get("rules", [])]
+    default = config.get("text", "fake_value")
+
+    def script(request) -> str:
+        prompt = tokenizer.decode(list(request.prompt_ids), skip_special=False)
+        return next((reply for needle, reply in rules if needle in prompt), default)
+
+    def loader(path: str, device: str) -> ModelHandle:
+        return ModelHandle(FakeEngine(tokenizer, script, step_s=config.get("step_s", 0.0)), tokenizer, path, 8192)
+
+    build_server(model="fake-model", loader=loader).start_io()
+
+
+if __name__ == "__main__":
+    main()

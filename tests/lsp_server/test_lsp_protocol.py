@@ -1,0 +1,189 @@
+"""The server over stdio with a scripted engine: capabilities, completions, streaming, caching,
+cancellation, stale versions, telemetry and bad input. One server process for the module."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+
+import pytest
+import pytest_asyncio
+from lsprotocol import types
+from pygls.exceptions import JsonRpcException
+
+from lsp_harness import TESTS, Session
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+FAKE_TEXT = "compute_total(items)\nprint('never shown')\n"
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def session(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ws")
+    (root / "util.py").write_text("def compute_total(items):\n    return sum(items)\n")
+    log = root.parent / "server.log"
+    config = {"text": FAKE_TEXT, "step_s": 0.002, "log": str(log)}
+    s = await Session.start(
+        [sys.executable, str(TESTS / "fake_lsp_server.py")],
+        [root],
+        init_options={"streaming": True, "debounceMs": 150, "diagnosticsDebounceMs": 20},
+        env={"GLM5_FAKE": json.dumps(config)},
+        log_file=log,
+    )
+    s.root = root  # type: ignore[attr-defined]
+    await s.wait_ready()
+    yield s
+    assert await s.stop() == 0
+
+
+def _doc(session: Session, name: str, text: str) -> str:
+    path = session.root / name  # type: ignore[attr-defined]
+    path.write_text(text)
+    return session.open(path)
+
+
+async def test_capabilities_are_advertised(session: Session):
+    caps = session.initialize_result.capabilities
+    assert caps.inline_completion_provider is not None
+    assert caps.text_document_sync.change == types.TextDocumentSyncKind.Incremental
+    assert caps.completion_provider is not None
+    assert caps.code_action_provider.resolve_provider is True
+    assert {"glm5.explainContext", "glm5.stats", "glm5.clearCache", "glm5.applyFix"} <= set(caps.execute_command_provider.commands)
+    assert caps.definition_provider and caps.references_provider
+    assert caps.workspace.workspace_folders.supported and caps.workspace.workspace_folders.change_notifications
+
+
+async def test_start_up_reports_work_done_progress(session: Session):
+    kinds = [p.value.kind if hasattr(p.value, "kind") else p.value["kind"] for p in session.messages("$/progress")]
+    assert session.messages("window/workDoneProgress/create")
+    assert kinds.count("begin") == kinds.count("end") >= 2  # indexing and model loading at least
+
+
+async def test_inline_completion_is_post_processed_and_streamed(session: Session):
+    uri = _doc(session, "main.py", "from util import compute_total\n\nitems = [1, 2]\ntotal = \n")
+    result = await session.inline(uri, 3, 8)
+    assert [i.insert_text for i in result.items] == ["compute_total(items)"]
+    item = result.items[0]
+    assert item.range.start == item.range.end == types.Position(line=3, character=8)
+    assert item.command.command == "glm5.didAcceptCompletion"
+    streamed = [p["text"] for p in session.messages("glm5/inlineCompletionProgress")]
+    assert streamed and streamed[-1] == "compute_total(items)"
+    assert all("\n" not in text for text in streamed)  # single-line post-processing applies while streaming
+
+
+async def test_typing_through_the_suggestion_is_answered_from_the_cache(session: Session):
+    uri = _doc(session, "cache.py", "x = \n")
+    first = await session.inline(uri, 0, 4)
+    assert first.items[0].insert_text == "compute_total(items)"
+    before = (await session.stats())["engine"]["requests_submitted"]
+    session.change(uri, "comp", start=(0, 4))
+    second = await session.inline(uri, 0, 8)
+    assert second.items[0].insert_text == "ute_total(items)"
+    stats = await session.stats()
+    assert stats["engine"]["requests_submitted"] == before
+    assert stats["cache"]["hits"] >= 1
+
+
+async def test_rapid_requests_only_the_last_reaches_the_engine(session: Session):
+    uri = _doc(session, "rapid.py", "value = \n")
+    before = (await session.stats())["engine"]
+    futures = [session.inline_request(uri, 0, 8, msg_id=f"rapid-{i}") for i in range(20)]
+    outcomes = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures), return_exceptions=True)
+    assert all(isinstance(o, JsonRpcException) and o.code == types.LSPErrorCodes.ServerCancelled for o in outcomes[:-1])
+    assert outcomes[-1].items[0].insert_text == "compute_total(items)"
+    after = await session.stats(recent=20)
+    assert after["engine"]["requests_submitted"] - before["requests_submitted"] == 1
+    last = after["recent"][-1]
+    assert last["request_id"] == "rapid-19" and last["outcome"] == "answered"
+    assert after["engine"]["decode_steps"] - before["decode_steps"] == last["decode_steps"]
+    assert [r["outcome"] for r in after["recent"][-20:-1]] == ["superseded"] * 19
+
+
+async def test_client_cancel_aborts_generation(session: Session):
+    uri = _doc(session, "cancel.py", "value = \n")
+    future = session.inline_request(uri, 0, 8, msg_id="to-cancel", automatic=False)
+    await session.wait_for(lambda: any(p["requestId"] == "to-cancel" for p in session.messages("glm5/inlineCompletionProgress")), what="first streamed text")
+    session.client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id="to-cancel"))
+    with pytest.raises(JsonRpcException) as error:
+        await asyncio.wrap_future(future)
+    assert error.value.code == types.LSPErrorCodes.RequestCancelled
+    stats = await session.stats(recent=1)
+    assert stats["recent"][-1]["outcome"] == "cancelled"
+
+
+async def test_a_change_during_generation_drops_the_stale_request(session: Session):
+    uri = _doc(session, "stale.py", "value = \n")
+    future = session.inline_request(uri, 0, 8, msg_id="stale-1", automatic=False)
+    await session.wait_for(lambda: any(p["requestId"] == "stale-1" for p in session.messages("glm5/inlineCompletionProgress")), what="generation to start")
+    session.change(uri, "1", start=(0, 8))
+    with pytest.raises(JsonRpcException) as error:
+        await asyncio.wrap_future(future)
+    assert error.value.code == types.LSPErrorCodes.ContentModified
+    fresh = await session.inline(uri, 0, 9)
+    assert fresh.items  # the server keeps serving the new version
+
+
+async def test_completion_items_for_clients_without_inline_completion(session: Session):
+    uri = _doc(session, "items.py", "total = comp\n")
+    result = await session.client.text_document_completion_async(
+        types.CompletionParams(text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=0, character=12))
+    )
+    assert result.is_incomplete
+    item = result.items[0]
+    assert item.text_edit.new_text == "comp" + "compute_total(items)"
+    assert item.text_edit.range.start.character == 8 and item.filter_text.startswith("comp")
+
+
+async def test_telemetry_counts_each_completion_once(session: Session):
+    uri = _doc(session, "tele.py", "v = \n")
+    result = await session.inline(uri, 0, 4)
+    completion_id = result.items[0].command.arguments[0]["completionId"]
+    session.client.protocol.notify("glm5/didShowCompletion", {"completionId": completion_id})
+    await session.command("glm5.didAcceptCompletion", {"completionId": completion_id})
+    session.client.protocol.notify("glm5/didAcceptCompletion", {"completionId": completion_id})
+    session.client.protocol.notify("glm5/didRejectCompletion", {"nothing": 1})
+    stats = await session.stats()
+    assert stats["telemetry"]["shown"] >= 1
+    accepted = stats["telemetry"]["accepted"]
+    session.client.protocol.notify("glm5/didAcceptCompletion", {"completionId": completion_id})
+    assert (await session.stats())["telemetry"]["accepted"] == accepted
+
+
+async def test_bad_requests_get_errors_and_the_server_keeps_serving(session: Session):
+    protocol = session.client.protocol
+    with pytest.raises(JsonRpcException) as unknown:
+        await protocol.send_request_async("glm5/noSuchMethod", {})
+    assert unknown.value.code == types.ErrorCodes.MethodNotFound
+    with pytest.raises(JsonRpcException) as bad_params:
+        await session.raw_request("bad-params", types.TEXT_DOCUMENT_INLINE_COMPLETION, {"textDocument": {"uri": "file:///x.py"}})
+    assert bad_params.value.code == types.ErrorCodes.InvalidParams
+    with pytest.raises(JsonRpcException) as not_open:
+        await session.inline("file:///never/opened.py", 0, 0)
+    assert not_open.value.code == types.ErrorCodes.InvalidParams and "not open" in not_open.value.message
+    with pytest.raises(JsonRpcException) as bad_command:
+        await session.command("glm5.explainContext", "nope")
+    assert bad_command.value.code == types.ErrorCodes.InvalidParams
+    session.client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri="file:///never/opened.py", version=2),
+            content_changes=[types.TextDocumentContentChangeWholeDocument(text="x")],
+        )
+    )
+    session.client.protocol.notify("glm5/didChangeCursor", {"position": "garbage"})
+    assert (await session.raw_error(b"{not json")).code == types.ErrorCodes.ParseError
+    assert (await session.raw_error(b'{"jsonrpc": "2.0", "id": 7, "params": "\xff"}')).code == types.ErrorCodes.ParseError
+    assert (await session.raw_error(b'["a", "list"]')).code == types.ErrorCodes.InvalidRequest
+    uri = _doc(session, "after_bad.py", "v = \n")
+    assert (await session.inline(uri, 0, 4)).items
+
+
+async def test_positions_past_the_end_and_surrogate_pairs_clamp(session: Session):
+    uri = _doc(session, "emoji.py", "s = '😀😀' + \n")
+    past_line = await session.inline(uri, 0, 500)
+    assert past_line.items[0].range.start == types.Position(line=0, character=13)  # the line is 13 UTF-16 units
+    past_file = await session.inline(uri, 99, 3)
+    assert past_file.items[0].range.start.line == 1
+    mid_pair = await session.inline(uri, 0, 6)  # inside the first emoji's surrogate pair
+    assert mid_pair.items[0].range.start.character == 5
