@@ -64,8 +64,8 @@ class StreamEvent:
     """Emitted after every engine step that produced tokens for a request, and once at the end."""
 
     request_id: str
-    new_token_ids: tuple[int, ...]
-    text: str  # the whole decoded text so far (stop strings already cut off)
+    new_token_ids: tuple[int, ...]  # tokens produced since the previous event
+    text: str  # the whole decoded text so far (stop strings cut off, unfinished tails held back)
     finished: bool = False
     finish_reason: FinishReason | None = None
 

@@ -258,14 +258,17 @@ class Engine:
                 seq.draft = int(logits.argmax())
 
     def _after_tokens(self, seq: Sequence) -> None:
+        """Update the text, emit a StreamEvent if this step produced tokens, finish if done."""
         state = self._texts.get(seq.request_id)
-        if state is not None and seq.output_ids:
+        produced = len(seq.output_ids) - seq.emitted
+        if state is not None and produced:
             if state.update(seq.output_ids) and seq.finish_reason is None:
                 seq.finish_reason = FinishReason.STOP
             seq.text = state.text
-            if seq.on_event is not None and state.streamable != seq.streamed:
-                seq.streamed = state.streamable
-                self._emit(seq, StreamEvent(seq.request_id, tuple(seq.output_ids), seq.streamed))
+            if seq.on_event is not None and seq.finish_reason is None:
+                new = tuple(seq.output_ids[seq.emitted :])
+                seq.emitted = len(seq.output_ids)
+                self._emit(seq, StreamEvent(seq.request_id, new, state.streamable))
         if seq.finish_reason is not None:
             self._finish(seq, seq.finish_reason)
 
@@ -293,7 +296,7 @@ class Engine:
             None if seq.first_token_at is None else seq.first_token_at - seq.arrival, now - seq.arrival, seq.error,
         )
         if seq.on_event is not None:
-            self._emit(seq, StreamEvent(seq.request_id, tuple(seq.output_ids), seq.text, True, reason))
+            self._emit(seq, StreamEvent(seq.request_id, tuple(seq.output_ids[seq.emitted :]), seq.text, True, reason))
         if seq.on_done is not None:
             try:
                 seq.on_done(result)

@@ -44,7 +44,7 @@ class Sequence:
     draft: int | None = None  # MTP proposal for the token after the pending one
     generator: torch.Generator | None = None
     text: str = ""
-    streamed: str = ""
+    emitted: int = 0  # output tokens already reported in a StreamEvent
     finish_reason: FinishReason | None = None
     error: str | None = None
     arrival: float = field(default_factory=time.perf_counter)
