@@ -76,17 +76,20 @@ def rms_norm_ref(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Torch reference. Shapes and maths: see `rms_norm_triton`."""
     _validate(x, weight, eps, residual)
+    s = x if residual is None else x + residual
+    if s.numel() <= _SMALL:  # decode-sized: one fused op, no chunk bookkeeping
+        normed = torch.nn.functional.rms_norm(s.float(), (s.shape[1],), eps=eps)
+        return (normed.to(x.dtype).float() * weight.float()).to(x.dtype), s
     y = torch.empty_like(x, memory_format=torch.contiguous_format)
-    res_out = x if residual is None else torch.empty_like(y)
     w = weight.float()
     for rows in chunks(x.shape[0], rows_per_chunk(20 * x.shape[1])):
-        s = x[rows] if residual is None else x[rows] + residual[rows]
-        if residual is not None:
-            res_out[rows] = s
-        s32 = s.float()
+        s32 = s[rows].float()
         normed = s32 * torch.rsqrt(s32.pow(2).mean(dim=1, keepdim=True) + eps)
         y[rows] = normed.to(x.dtype).float() * w
-    return y, res_out
+    return y, s
+
+
+_SMALL = 1 << 16
 
 
 def rms_norm_triton(

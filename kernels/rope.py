@@ -66,15 +66,17 @@ def _validate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
 
 
 def rope_interleaved_ref(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Torch reference. Shapes and maths: see `rope_interleaved_triton`."""
+    """Torch reference. Shapes and maths: see `rope_interleaved_triton`.
+
+    Each pair is one complex number: (a + ib)(cos + i sin) = (a·cos − b·sin) + i(b·cos + a·sin).
+    """
     _validate(x, cos, sin)
     num_tokens, heads, rot = x.shape
     out = torch.empty(num_tokens, heads, rot, dtype=x.dtype, device=x.device)
     for rows in chunks(num_tokens, rows_per_chunk(16 * heads * rot)):
-        pairs = x[rows].float().unflatten(2, (rot // 2, 2))
-        a, b = pairs[..., 0], pairs[..., 1]
-        c, s = cos[rows, None, :], sin[rows, None, :]
-        out[rows] = torch.stack((a * c - b * s, b * c + a * s), dim=3).flatten(2)
+        pairs = torch.view_as_complex(x[rows].float().unflatten(2, (rot // 2, 2)).contiguous())
+        turn = torch.complex(cos[rows], sin[rows])[:, None, :]
+        out[rows] = torch.view_as_real(pairs * turn).flatten(2)
     return out
 
 

@@ -300,6 +300,11 @@ class Experts(nn.ModuleList):
     def forward(self, x: torch.Tensor, weights: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
         """x [N,D], weights/indices [N,k] -> Σ_j weights[:, j] · Expert_{indices[:, j]}(x)."""
         y = torch.zeros_like(x)
+        if x.shape[0] == 1:  # decode fast path: no bincount/where, same accumulation order
+            ids, ws = indices[0].tolist(), weights[0]
+            for slot in sorted(range(len(ids)), key=ids.__getitem__):
+                y += (self[ids[slot]](x) * ws[slot]).to(y.dtype)
+            return y
         counts = torch.bincount(indices.flatten(), minlength=len(self)).tolist()
         for e, count in enumerate(counts):
             if count == 0:
