@@ -330,16 +330,24 @@
       (when glm5--timer (cancel-timer glm5--timer))
       (setq glm5--timer (run-with-idle-timer glm5-idle-delay nil #'glm5--idle (current-buffer))))))
 
+(defun glm5--pairs (plist)
+  "PLIST's keys and values as \"key value, ...\"."
+  (mapconcat (lambda (pair) (format "%s %s" (substring (symbol-name (car pair)) 1) (cadr pair)))
+             (seq-partition plist 2) ", "))
+
 (defun glm5-render-explanation (result)
   "Readable text of a `glm5.explainContext' RESULT plist."
-  (let* ((tokens (plist-get result :tokens))
-         (snippets (append (plist-get result :snippets) nil)))
+  (let ((tokens (plist-get result :tokens))
+        (budget (plist-get result :budget))
+        (snippets (append (plist-get result :snippets) nil)))
     (concat
-     "# GLM-5 completion context\n\nTokens:"
-     (cl-loop for (key value) on tokens by #'cddr
-              concat (format " %s %s" (substring (symbol-name key) 1) value))
-     (if (plist-get result :budget) (format " (budget %s)" (plist-get result :budget)) "")
-     (format "\n\n## Snippets (%d)\n" (length snippets))
+     "# GLM-5 completion context\n\n"
+     (if (plist-get result :kind) (format "Completion kind: %s\n" (plist-get result :kind)) "")
+     (format "Tokens: %s\n" (if tokens (glm5--pairs tokens) "unknown"))
+     (cond ((consp budget) (format "Budget: %s\n" (glm5--pairs budget)))
+           (budget (format "Budget: %s\n" budget))
+           (t ""))
+     (format "\n## Snippets (%d)\n" (length snippets))
      (cl-loop for s in snippets for i from 1
               concat (format "%d. %s: %s%s\n" i (plist-get s :uri)
                              (or (plist-get s :reason) "no reason given")

@@ -148,17 +148,20 @@ def stats(ls: LanguageServer, *args) -> dict:
 
 @server.command("glm5.explainContext")
 def explain_context(ls: LanguageServer, *args) -> dict:
+    """The shape of the real server's answer, with one snippet from another file."""
     return {
-        "prompt": "[gMASK]<sop># file: b.py\ndef add(a, b):\n<|code_middle|>",
-        "tokens": {"prompt": 12, "prefix": 6, "suffix": 0, "snippets": 4},
-        "budget": 1024,
+        "uri": args[0]["uri"] if args and isinstance(args[0], dict) else None,
+        "kind": "multi_line",
+        "prompt": "[gMASK]<sop># file: geometry.py\ndef area(width, height):\n<|code_middle|>",
+        "tokens": {"header": 8, "prefix": 6, "suffix": 0, "total": 18},
+        "budget": {"max_tokens": 1536, "header_share": 0.3, "suffix_share": 0.15, "align_lines": 8},
         "snippets": [
             {
-                "uri": "file:///ws/a.py",
+                "uri": "file:///ws/geometry.py",
                 "range": {"start": {"line": 0, "character": 0}, "end": {"line": 1, "character": 0}},
                 "reason": "imported definition",
-                "detail": "add",
-                "tokens": 4,
+                "detail": None,
+                "tokens": 8,
             }
         ],
     }

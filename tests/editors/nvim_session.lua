@@ -3,8 +3,8 @@
 -- Role: load the glm5 plugin from GLM5_PLUGIN, open GLM5_FILE, wait for the server to attach and
 -- report ready, go to the end of line GLM5_LINE in insert mode, type GLM5_TYPE, wait for ghost
 -- text (an extmark in the native or the plugin's namespace; while none comes, type the next
--- character of GLM5_TYPE_MORE every GLM5_RETRY_MS), press the accept key, and write what it saw
--- as JSON to GLM5_RESULT. Insert-mode steps run from timers (feedkeys with 'x!' blocks a
+-- character of GLM5_TYPE_MORE every GLM5_RETRY_MS), press the accept key, run `:Glm5 explain`,
+-- and write what it saw as JSON to GLM5_RESULT. Insert-mode steps run from timers (feedkeys with 'x!' blocks a
 -- headless Neovim).
 --
 -- Invariant: the session always ends (a watchdog writes {"error": ...} and quits).
@@ -115,7 +115,14 @@ local function after_accept(client, before)
   vim.cmd.stopinsert()
   vim.defer_fn(function()
     result.stats = server_stats(client)
-    finish(nil)
+    vim.cmd('Glm5 explain')
+    wait_for('explanation', function()
+      local lines = vim.api.nvim_buf_get_lines(0, 0, -1, false)
+      return vim.bo.filetype == 'markdown' and lines[1] == '# GLM-5 completion context' and lines
+    end, function(lines)
+      result.explanation = table.concat(lines, '\n')
+      finish(nil)
+    end)
   end, 100)
 end
 

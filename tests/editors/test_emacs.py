@@ -70,7 +70,9 @@ def test_fake_server_eglot_inline_completion(emacs_bin, editor_env, workspace, f
     assert result["seen_texts"][0] != result["item_text"], "no streamed partial text was drawn"
     assert result["init_options"]["streaming"] is True
     assert result["capf_labels"] == [result["item_text"]]  # Eglot offers the insertText
-    assert "imported definition" in result["explanation"]
+    explanation = result["explanation"].split("\n")
+    assert "Budget: max_tokens 1536, header_share 0.3, suffix_share 0.15, align_lines 8" in explanation
+    assert "1. file:///ws/geometry.py: imported definition" in explanation
 
 
 def test_real_server_eglot_inline_completion(emacs_bin, editor_env, workspace, real_server_cmd, tiny_model):

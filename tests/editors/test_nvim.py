@@ -61,6 +61,7 @@ def check_ghost_and_accept(result: dict) -> None:
     assert result["local_counts"] == {"shown": 1, "accepted": 1, "rejected": 0}
     assert result["stats"]["telemetry"]["shown"] == 1
     assert result["stats"]["telemetry"]["accepted"] == 1
+    assert "\n## Prompt\n" in result["explanation"]
 
 
 @pytest.mark.parametrize("native", [True, False], ids=["native", "virtual-text"])
@@ -76,6 +77,10 @@ def test_fake_server_ghost_text_accepted(nvim_bin, editor_env, workspace, fake_s
     assert result["init_options"]["streaming"] is (not native)
     if not native:
         assert result["seen_texts"][0] != result["item_text"], "no streamed partial text was drawn"
+    explanation = result["explanation"].split("\n")
+    assert "Completion kind: multi_line" in explanation
+    assert "Budget: align_lines 8, header_share 0.3, max_tokens 1536, suffix_share 0.15" in explanation
+    assert "1. file:///ws/geometry.py lines 1-2: imported definition, 8 tokens" in explanation
 
 
 @pytest.mark.parametrize("native", [True, False], ids=["native", "virtual-text"])

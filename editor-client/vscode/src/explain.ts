@@ -1,7 +1,7 @@
 /**
  * Readable rendering of `glm5.explainContext`: what the model sees for a completion.
  *
- * Role: turn the command's result `{prompt, tokens, budget, snippets}` into a Markdown document
+ * Role: turn the command's result `{prompt, kind, tokens, budget, snippets}` into a Markdown document
  * so a user can check which cross-file snippets were used, why, and what they cost.
  *
  * Invariants: pure, no `vscode` import; every field is optional and a missing one is left out;
@@ -10,8 +10,9 @@
 
 export interface Explanation {
   prompt?: string;
+  kind?: string;
   tokens?: Record<string, number>;
-  budget?: number;
+  budget?: number | Record<string, unknown>;
   snippets?: {
     uri?: string;
     range?: { start: { line: number }; end: { line: number } };
@@ -19,6 +20,12 @@ export interface Explanation {
     detail?: string;
     tokens?: number;
   }[];
+}
+
+function pairs(values: Record<string, unknown>): string {
+  return Object.entries(values)
+    .map(([name, value]) => `${name} ${value}`)
+    .join(', ');
 }
 
 function fenceFor(text: string): string {
@@ -31,9 +38,14 @@ export function renderExplanation(result: Explanation, where?: string): string {
   if (where) {
     lines.push(`At ${where}`, '');
   }
-  const tokens = Object.entries(result.tokens ?? {}).map(([name, n]) => `${name} ${n}`);
-  const budget = result.budget !== undefined ? ` (budget ${result.budget})` : '';
-  lines.push(`Tokens: ${tokens.length ? tokens.join(', ') : 'unknown'}${budget}`, '');
+  if (result.kind) {
+    lines.push(`Completion kind: ${result.kind}`, '');
+  }
+  const tokens = pairs(result.tokens ?? {});
+  lines.push(`Tokens: ${tokens || 'unknown'}`, '');
+  if (result.budget !== undefined && result.budget !== null) {
+    lines.push(`Budget: ${typeof result.budget === 'object' ? pairs(result.budget) : result.budget}`, '');
+  }
   const snippets = result.snippets ?? [];
   lines.push(`## Snippets (${snippets.length})`, '');
   snippets.forEach((s, i) => {
