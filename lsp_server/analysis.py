@@ -5,9 +5,11 @@ workspace index (so definitions/references and cross-file context see unsaved te
 publish its undeclared symbols as diagnostics (source "glm5", code "undeclared-symbol",
 `data = {"name", "kind"}`), each of which gets a "Declare `x`" code action.
 
-Invariants: diagnostics are published for the version they were computed on, and only if the
-document is still at that version (a newer edit reschedules). A failure in the analysis of
-one document is logged and never reaches the other documents or the server.
+Invariants: the analysis runs on a worker thread (the event loop keeps answering requests) on
+an immutable snapshot; diagnostics are published for the version they were computed on, and
+only if the document is still at that version (a newer edit reschedules). Documents over
+`MAX_ANALYSED_CHARS` get no undeclared-symbol analysis (pyflakes takes ~35 s on 5 MB). A
+failure in the analysis of one document is logged and never reaches the others or the server.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from context.document import path_from_uri
+from context.document import DocumentSnapshot, path_from_uri
+from context.index import WorkspaceIndex
 from context.symbols import undeclared_symbols
 from lsprotocol import types
 
@@ -30,6 +33,7 @@ log = logging.getLogger(__name__)
 
 SOURCE = "glm5"
 UNDECLARED = "undeclared-symbol"
+MAX_ANALYSED_CHARS = 1_000_000
 
 
 class Analysis:
@@ -58,20 +62,32 @@ class Analysis:
 
     def _run(self, uri: str) -> None:
         self._timers.pop(uri, None)
-        document = self._ls.documents.get(uri)
-        if document is None:
-            return
+        if uri in self._ls.documents:
+            self._ls.background(self._analyse(uri))
+
+    async def _analyse(self, uri: str) -> None:
+        snapshot = self._ls.snapshot(uri)
         try:
-            self._analyse(uri)
+            diagnostics = await asyncio.to_thread(self._compute, snapshot, self._ls.index, self._ls.settings.diagnostics)
         except Exception:
             log.exception("analysis of %s failed", uri)
+            return
+        if self._ls.document_version(uri) == snapshot.version:
+            self._ls.text_document_publish_diagnostics(
+                types.PublishDiagnosticsParams(uri=uri, diagnostics=diagnostics, version=snapshot.version)
+            )
 
-    def _analyse(self, uri: str) -> None:
-        snapshot = self._ls.snapshot(uri)
-        index = self._ls.index
+    @staticmethod
+    def _compute(snapshot: DocumentSnapshot, index: WorkspaceIndex | None, enabled: bool) -> list[types.Diagnostic]:
+        """Worker thread: refresh the index with the editor's text, find undeclared symbols."""
         if index is not None and snapshot.path is not None:
             index.update_file(Path(snapshot.path), snapshot.text)
-        diagnostics = [] if not self._ls.settings.diagnostics else [
+        if not enabled:
+            return []
+        if len(snapshot.text) > MAX_ANALYSED_CHARS:
+            log.info("%s: %d characters, too large for undeclared-symbol analysis", snapshot.uri, len(snapshot.text))
+            return []
+        return [
             types.Diagnostic(
                 range=lsp_range(symbol.range),
                 message=f"`{symbol.name}` is not declared",
@@ -82,6 +98,3 @@ class Analysis:
             )
             for symbol in undeclared_symbols(snapshot, index)
         ]
-        self._ls.text_document_publish_diagnostics(
-            types.PublishDiagnosticsParams(uri=uri, diagnostics=diagnostics, version=snapshot.version)
-        )

@@ -83,7 +83,7 @@ async def test_capabilities_and_warm_up(session: Session):
     stats = await session.stats()
     assert stats["model"]["state"] == "ready"
     assert stats["engine"]["decode_steps"] > 0  # warm-up ran forwards through the engine
-    titles = [p.value.title for p in session.messages("$/progress") if getattr(p.value, "kind", "") == "begin"]
+    titles = [p["title"] for p in session.progress() if p["kind"] == "begin"]
     assert {"glm5: indexing workspace", "glm5: loading model", "glm5: warming up"} <= set(titles)
 
 

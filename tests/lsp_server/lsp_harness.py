@@ -117,6 +117,14 @@ class Session:
     def messages(self, method: str) -> list[Any]:
         return [params for m, params in self.notifications if m == method]
 
+    def progress(self) -> list[dict[str, Any]]:
+        """The values of `$/progress` notifications, as plain dicts (kind, title, percentage...)."""
+        values = []
+        for params in self.messages("$/progress"):
+            value = params.value
+            values.append(value if isinstance(value, dict) else self.client.protocol._converter.unstructure(value))
+        return values
+
     async def wait_for(self, predicate: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

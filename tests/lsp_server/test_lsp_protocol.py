@@ -56,7 +56,7 @@ async def test_capabilities_are_advertised(session: Session):
 
 
 async def test_start_up_reports_work_done_progress(session: Session):
-    kinds = [p.value.kind if hasattr(p.value, "kind") else p.value["kind"] for p in session.messages("$/progress")]
+    kinds = [p["kind"] for p in session.progress()]
     assert session.messages("window/workDoneProgress/create")
     assert kinds.count("begin") == kinds.count("end") >= 2  # indexing and model loading at least
 
