@@ -9,7 +9,7 @@
 set -euo pipefail
 
 model="$(realpath "$1")"
-out="$2"
+out="$(realpath -m "$2")"
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 python="${GLM5_PYTHON:-$repo/.venv/bin/python}"
 nvim="$(command -v nvim || echo "$repo/.venv/bin/nvim")"
