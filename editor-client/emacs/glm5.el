@@ -93,7 +93,8 @@
 (defvar-local glm5--overlay nil "Overlay holding the ghost text.")
 (defvar-local glm5--timer nil "Idle timer of the next automatic request.")
 (defvar-local glm5--last-tick nil "Modification tick seen by the last command.")
-(defvar-local glm5--overlay-visible nil "Non-nil while ghost text is visible.")
+(defvar-local glm5--overlay-visible nil
+  "Non-nil while an acceptable completion is shown; enables `glm5-completion-map'.")
 
 (defvar glm5-completion-map
   (let ((map (make-sparse-keymap)))
@@ -181,8 +182,7 @@
       (put-text-property 0 1 'cursor t ghost)
       (setq glm5--overlay (make-overlay (point) (point) nil nil t))
       (overlay-put glm5--overlay 'after-string ghost)
-      (overlay-put glm5--overlay 'priority 100)
-      (setq glm5--overlay-visible t))))
+      (overlay-put glm5--overlay 'priority 100))))
 
 (defun glm5--still-at-p (state)
   "Non-nil when point and the buffer are as in STATE (a plist: :point, :tick)."
@@ -204,6 +204,7 @@
     (setq glm5--shown (list :item item :text text :start start :end (max end (point))
                             :point (plist-get state :point) :tick (plist-get state :tick)))
     (glm5--draw (glm5--unseen-part text start))
+    (setq glm5--overlay-visible (and glm5--overlay t))
     (glm5--mark-shown (glm5--completion-id item))))
 
 ;;; Requests
@@ -288,7 +289,6 @@
       (delete-region (plist-get shown :start) (plist-get shown :end))
       (goto-char (plist-get shown :start))
       (insert (plist-get shown :text))
-      (setq glm5--last-tick (buffer-chars-modified-tick))
       (setq glm5--current-id nil)
       (glm5--report :accepted (glm5--completion-id item))
       (glm5--run-command command))))

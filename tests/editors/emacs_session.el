@@ -69,7 +69,7 @@
   (glm5-test-put 'ghost_text (glm5-test-overlay-text))
   (glm5-test-put 'item_text (plist-get glm5--shown :text))
   (glm5-test-put 'item_range (plist-get (plist-get glm5--shown :item) :range))
-  (glm5-accept)
+  (execute-kbd-macro (kbd "TAB"))           ; through `glm5-completion-map', as a user accepts
   (glm5-test-put 'lines_after (split-string (buffer-string) "\n"))
   (glm5-test-put 'overlay_after (glm5-test-overlay-text))
   (glm5-test-put 'local_counts glm5--counts)

@@ -63,7 +63,7 @@ class Glm5Extension implements vscode.Disposable {
   private readonly item = vscode.window.createStatusBarItem('glm5.status', vscode.StatusBarAlignment.Right, 100);
   private readonly status = new StatusModel();
   private readonly streams = new StreamTracker<Items>();
-  private readonly lifecycle = new CompletionLifecycle((method, params) => void this.client?.sendNotification(method, params));
+  private readonly lifecycle = new CompletionLifecycle((method, params) => this.notifyServer(method, params));
   private readonly retrigger = new Throttle(50, () => void vscode.commands.executeCommand('editor.action.inlineSuggest.trigger'));
   private settings: Glm5Settings;
   private client: LanguageClient | undefined;
@@ -87,6 +87,12 @@ class Glm5Extension implements vscode.Disposable {
       void vscode.window.showWarningMessage(`GLM-5: ${problem}`);
     }
     return settings;
+  }
+
+  private notifyServer(method: string, params: object): void {
+    if (this.client?.isRunning()) {
+      this.client.sendNotification(method, params).catch((error: unknown) => this.log.warn(`${method}: ${String(error)}`));
+    }
   }
 
   refreshStatus = (): void => {
@@ -120,6 +126,7 @@ class Glm5Extension implements vscode.Disposable {
       child.once('spawn', resolve);
       child.once('error', (error) => reject(new Error(`cannot start ${command}: ${error.message}`)));
     });
+    child.on('error', (error) => this.log.error(`server process: ${error.message}`));
     child.stderr?.on('data', (data: Buffer) => this.log.info(data.toString().trimEnd()));
     child.on('exit', (code, signal) => this.log.info(`server exited (code ${code}, signal ${signal})`));
     return {
