@@ -163,7 +163,7 @@ end, function(client)
       wait_for('ghost text', function()
         local marks = ghost_marks()
         if #marks == 0 then
-          if #more > 0 and vim.uv.now() - typed_at > tonumber(env.GLM5_RETRY_MS or '4000') then
+          if #more > 0 and vim.uv.now() - typed_at > tonumber(env.GLM5_RETRY_MS or '2000') then
             -- An empty completion (possible with a random model): type on, as a user would.
             vim.api.nvim_input(more:sub(1, 1))
             more = more:sub(2)
