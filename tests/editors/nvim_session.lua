@@ -112,7 +112,6 @@ local function after_accept(client, before)
   result.cursor_after = vim.api.nvim_win_get_cursor(0)
   result.lines_before = before
   result.local_counts = glm5.lifecycle(client.id).counts
-  vim.cmd.stopinsert()
   vim.defer_fn(function()
     result.stats = server_stats(client)
     vim.cmd('Glm5 explain')
@@ -139,6 +138,8 @@ local function on_ghost(client, marks)
   wait_for('accepted', function()
     return vim.api.nvim_buf_get_changedtick(bufnr) ~= tick and #ghost_marks() == 0
   end, function()
+    -- Leave insert mode at once, so no further completion is requested before the counts are read.
+    vim.cmd.stopinsert()
     vim.defer_fn(function()
       after_accept(client, before)
     end, 50)
