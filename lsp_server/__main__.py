@@ -14,6 +14,8 @@ import logging
 import sys
 from pathlib import Path
 
+from .errors import ExpectedOutcomeFilter
+
 EPILOG = """\
 The model is the checkpoint directory given by --model, else initializationOptions.model,
 else the embedded default model.
@@ -73,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
 def setup_logging(log_file: str | None, level: str) -> None:
     handler: logging.Handler = logging.FileHandler(log_file, encoding="utf-8") if log_file else logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(ExpectedOutcomeFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

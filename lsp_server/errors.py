@@ -11,6 +11,8 @@ Invariants:
 
 from __future__ import annotations
 
+import logging
+
 from lsprotocol.types import ErrorCodes, LSPErrorCodes
 from pygls.exceptions import JsonRpcException
 
@@ -80,3 +82,12 @@ class NoPassingFix(Glm5Error):
     """Every candidate fix the model produced failed the checker."""
 
     CODE = LSPErrorCodes.RequestFailed.value
+
+
+class ExpectedOutcomeFilter(logging.Filter):
+    """Drops pygls's error-with-traceback log of requests that ended as designed: superseded by
+    a newer request or made stale by an edit (they happen on most keystrokes)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not isinstance(error, Superseded | StaleRequest)

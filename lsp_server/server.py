@@ -34,7 +34,7 @@ from .analysis import Analysis
 from .completion_cache import CompletionCache
 from .completions import Completions
 from .engine_client import EngineClient, ModelHandle, ModelLoader, load_runtime
-from .errors import DocumentNotOpen
+from .errors import DocumentNotOpen, Glm5Error, StaleRequest, Superseded
 from .fixer import Fixer
 from .jobs import CompletionJobs
 from .pipeline import Prepared
@@ -110,7 +110,12 @@ class Glm5Server(LanguageServer):
 
     def report_server_error(self, error: Exception, source: object) -> None:
         """Errors outside a request's answer: logged; undecodable input is answered."""
-        log.error("%s: %s", getattr(source, "__name__", source), error)
+        if isinstance(error, Superseded | StaleRequest):
+            log.debug("%s", error)
+        elif isinstance(error, Glm5Error):
+            log.warning("%s", error)
+        else:
+            log.error("%s: %s", getattr(source, "__name__", source), error)
         self.protocol.report_bad_input(error)
 
     def shutdown_runtime(self) -> None:
