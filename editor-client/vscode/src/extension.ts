@@ -65,6 +65,7 @@ class Glm5Extension implements vscode.Disposable {
   private readonly streams = new StreamTracker<Items>();
   private readonly lifecycle = new CompletionLifecycle((method, params) => this.notifyServer(method, params));
   private readonly retrigger = new Throttle(50, () => void vscode.commands.executeCommand('editor.action.inlineSuggest.trigger'));
+  private readonly cursor = new Throttle(250, () => this.sendCursor());
   private settings: Glm5Settings;
   private client: LanguageClient | undefined;
   private process: ChildProcess | undefined;
@@ -231,6 +232,21 @@ class Glm5Extension implements vscode.Disposable {
     this.streams.cancelIf((key) => key.uri === uri && key.version < event.document.version);
   }
 
+  /** The server warms its cache for the cursor of an open file: tell it where the cursor is. */
+  onSelectionChanged(editor: vscode.TextEditor): void {
+    if (editor.document.uri.scheme === 'file' && LANGUAGES.includes(editor.document.languageId)) {
+      this.cursor.schedule();
+    }
+  }
+
+  private sendCursor(): void {
+    const editor = vscode.window.activeTextEditor;
+    if (editor && editor.document.uri.scheme === 'file' && LANGUAGES.includes(editor.document.languageId)) {
+      const { line, character } = editor.selection.active;
+      this.notifyServer('glm5/didChangeCursor', { textDocument: { uri: editor.document.uri.toString() }, position: { line, character } });
+    }
+  }
+
   async accepted(completionId: unknown, original: vscode.Command | undefined): Promise<void> {
     this.lifecycle.accepted(typeof completionId === 'string' ? completionId : undefined);
     const advertised = this.client?.initializeResult?.capabilities.executeCommandProvider?.commands ?? [];
@@ -285,6 +301,7 @@ class Glm5Extension implements vscode.Disposable {
 
   dispose(): void {
     this.retrigger.dispose();
+    this.cursor.dispose();
     void this.stop();
     this.item.dispose();
     this.log.dispose();
@@ -313,6 +330,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       }
     }),
     vscode.workspace.onDidChangeTextDocument((event) => glm5.onDocumentChanged(event)),
+    vscode.window.onDidChangeTextEditorSelection((event) => glm5.onSelectionChanged(event.textEditor)),
   );
   await glm5.start();
 }

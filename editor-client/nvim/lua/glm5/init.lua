@@ -40,6 +40,8 @@ M.defaults = {
 ---@type table
 M.config = vim.deepcopy(M.defaults)
 
+--- Live state: the server's last `glm5/status`, whether completions are on, the bookkeeping of
+--- each client, and per buffer the last completion the native path showed (`{text, item}`).
 M.state = { status = { state = 'stopped' }, enabled = true, lifecycles = {}, last = {} }
 
 local function use_native()
@@ -224,6 +226,28 @@ local function set_keymaps(bufnr)
   end
 end
 
+--- Tell the server where the cursor is (debounced); it warms its cache for that spot.
+local function track_cursor(client, bufnr)
+  local timer
+  vim.api.nvim_create_autocmd({ 'CursorMoved', 'CursorMovedI' }, {
+    group = vim.api.nvim_create_augroup('glm5.cursor.' .. bufnr, { clear = true }),
+    buffer = bufnr,
+    callback = function()
+      if timer then
+        timer:stop()
+        timer:close()
+      end
+      timer = vim.defer_fn(function()
+        timer = nil
+        if vim.api.nvim_get_current_buf() == bufnr then
+          local params = vim.lsp.util.make_position_params(0, client.offset_encoding)
+          notify_server(client.id, 'glm5/didChangeCursor', params)
+        end
+      end, 250)
+    end,
+  })
+end
+
 local function on_attach(client, bufnr)
   if use_native() then
     vim.lsp.inline_completion.enable(M.state.enabled, { bufnr = bufnr })
@@ -238,6 +262,7 @@ local function on_attach(client, bufnr)
     ghost.attach(bufnr, client.id, { debounce_ms = M.config.debounce_ms, lifecycle = M.lifecycle, run_command = run_command })
   end
   set_keymaps(bufnr)
+  track_cursor(client, bufnr)
 end
 
 --- The server's `initializationOptions`, from the plugin options.
