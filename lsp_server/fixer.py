@@ -94,6 +94,10 @@ class Fixer:
         return snapshot
 
     async def _solve(self, task: _Task, trace: str) -> Replacement:
+        with self._ls.busy(task.goal):
+            return await self._attempts(task, trace)
+
+    async def _attempts(self, task: _Task, trace: str) -> Replacement:
         ls, snapshot = self._ls, task.snapshot
         handle = await ls.engine.ready()
         language = snapshot.language.name if snapshot.language else snapshot.language_id

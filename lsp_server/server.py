@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ from .errors import DocumentNotOpen, Glm5Error, StaleRequest, Superseded
 from .fixer import Fixer
 from .jobs import CompletionJobs
 from .pipeline import Prepared
+from .progress import send_status
 from .protocol import Glm5Protocol
 from .settings import ServerSettings
 from .stats import ServerStats
@@ -72,6 +74,8 @@ class Glm5Server(LanguageServer):
         self.completions = Completions(self)
         self.fixer = Fixer(self)
         self.startup_task: asyncio.Task[None] | None = None
+        self.announced_ready = False  # start-up sent `glm5/status ready`
+        self._busy = 0
         self._tasks: set[asyncio.Task[Any]] = set()
 
     @property
@@ -94,6 +98,23 @@ class Glm5Server(LanguageServer):
 
     def open_snapshots(self, exclude: str | None = None) -> list[DocumentSnapshot]:
         return [d.snapshot() for uri, d in self.documents.items() if uri != exclude]
+
+    @contextmanager
+    def busy(self, message: str) -> Iterator[None]:
+        """`glm5/status busy` during long work (fixes, re-indexing), then back to ready.
+
+        Only once start-up has said "ready": while warming, start-up owns the status.
+        """
+        announce = self.announced_ready
+        self._busy += announce
+        if announce and self._busy == 1:
+            send_status(self, "busy", message)
+        try:
+            yield
+        finally:
+            self._busy -= announce
+            if announce and self._busy == 0:
+                send_status(self, "ready")
 
     def background(self, work: Coroutine[Any, Any, Any]) -> None:
         """Run `work` as a task the server keeps a reference to until it ends."""

@@ -54,6 +54,7 @@ async def start_up(ls: Glm5Server) -> None:
     if ls.settings.warmup:
         await warm_up(ls)
     send_status(ls, "ready", f"model {handle.path}")
+    ls.announced_ready = True
 
 
 async def build_index(ls: Glm5Server, roots: list[Path]) -> None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from lsprotocol import types
 
 from .. import convert
-from .inline_completion import accept_command
+from .inline_completion import request_id, accept_command
 
 if TYPE_CHECKING:
     from ..server import Glm5Server
@@ -29,7 +29,7 @@ def register(ls: Glm5Server) -> None:
         invoked = params.context is not None and params.context.trigger_kind == types.CompletionTriggerKind.Invoked
         uri = params.text_document.uri
         answer = await ls.completions.complete(
-            uri, convert.position(params.position), ls.protocol.msg_id or "", "items", automatic=not invoked
+            uri, convert.position(params.position), request_id(ls), "items", automatic=not invoked
         )
         if not answer.text:
             return types.CompletionList(is_incomplete=True, items=[])

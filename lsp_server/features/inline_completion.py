@@ -25,12 +25,18 @@ def accept_command(answer: Answer) -> types.Command:
     return types.Command(title="glm5: completion accepted", command=ACCEPT_COMMAND, arguments=[{"completionId": answer.completion_id}])
 
 
+def request_id(ls: Glm5Server) -> int | str:
+    """The id of the request being handled (echoed in `glm5/inlineCompletionProgress`)."""
+    msg_id = ls.protocol.msg_id
+    return "" if msg_id is None else msg_id
+
+
 def register(ls: Glm5Server) -> None:
     @ls.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
     async def inline_completion(ls: Glm5Server, params: types.InlineCompletionParams) -> types.InlineCompletionList:
         automatic = params.context.trigger_kind == types.InlineCompletionTriggerKind.Automatic
         answer = await ls.completions.complete(
-            params.text_document.uri, convert.position(params.position), ls.protocol.msg_id or "", "inline", automatic
+            params.text_document.uri, convert.position(params.position), request_id(ls), "inline", automatic
         )
         if not answer.text:
             return types.InlineCompletionList(items=[])

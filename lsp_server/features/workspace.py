@@ -35,7 +35,7 @@ def register(ls: Glm5Server) -> None:
             return
         ls.roots = roots
         log.info("workspace roots now %s", roots)
-        ls.background(build_index(ls, roots))
+        ls.background(_reindex(ls, roots))
 
     @ls.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
     def did_change_configuration(ls: Glm5Server, params: types.DidChangeConfigurationParams) -> None:
@@ -51,3 +51,8 @@ def register(ls: Glm5Server) -> None:
             ls.analysis.refresh_all()
         for problem in problems:
             ls.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning, message=f"glm5: {problem}"))
+
+
+async def _reindex(ls: Glm5Server, roots: list[Path]) -> None:
+    with ls.busy("re-indexing the workspace"):
+        await build_index(ls, roots)

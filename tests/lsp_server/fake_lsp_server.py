@@ -6,6 +6,9 @@ environment variable GLM5_FAKE, a JSON object:
     rules    [[substring, reply], ...]: the first rule whose substring occurs in the decoded
              prompt (special tokens included) gives the reply
     step_s   seconds per decode step (default 0.0)
+    load_s   seconds the model takes to load (default 0.0)
+    fail     make loading fail with this message
+    no_model start without any model (no --model, no embedded default)
     log      log file path
 """
 
@@ -14,9 +17,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 
 from lsp_fakes import FakeEngine, byte_tokenizer
 
+from lsp_server import startup
 from lsp_server.engine_client import ModelHandle
 from lsp_server.server import build_server
 
@@ -36,9 +41,14 @@ def main() -> None:
         return next((reply for needle, reply in rules if needle in prompt), default)
 
     def loader(path: str, device: str) -> ModelHandle:
+        time.sleep(config.get("load_s", 0.0))
+        if config.get("fail"):
+            raise RuntimeError(config["fail"])
         return ModelHandle(FakeEngine(tokenizer, script, step_s=config.get("step_s", 0.0)), tokenizer, path, 8192)
 
-    build_server(model="fake-model", loader=loader).start_io()
+    if config.get("no_model"):
+        startup.embedded_model_path = lambda: None  # as on an installation without the embedded model
+    build_server(model=None if config.get("no_model") else "fake-model", loader=loader).start_io()
 
 
 if __name__ == "__main__":

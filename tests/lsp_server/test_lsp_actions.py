@@ -72,6 +72,7 @@ async def test_declare_inserts_a_checked_declaration_above_the_use(session: Sess
         (1, 0, 1, "    rate = 0.2\n")
     ]
     assert not path.exists()  # the server never writes user files
+    assert [p["state"] for p in session.messages("glm5/status")][-2:] == ["busy", "ready"]
 
 
 async def test_fix_with_model_retries_with_the_checker_message(session: Session):

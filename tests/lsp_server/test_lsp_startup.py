@@ -1,0 +1,64 @@
+"""Start-up with a slow, failing or missing model (scripted engine; one short server each)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from lsprotocol import types
+from pygls.exceptions import JsonRpcException
+
+from lsp_harness import TESTS, Session
+
+
+async def _start(tmp_path, **fake) -> Session:
+    log = tmp_path / "server.log"
+    return await Session.start(
+        [sys.executable, str(TESTS / "fake_lsp_server.py")],
+        [tmp_path],
+        env={"GLM5_FAKE": json.dumps({**fake, "log": str(log)})},
+        log_file=log,
+    )
+
+
+async def test_a_completion_before_the_model_is_loaded_waits_for_it(tmp_path):
+    session = await _start(tmp_path, load_s=1.0, text="42")
+    try:
+        uri = session.open(tmp_path / "early.py", "answer = \n")
+        result = await session.inline(uri, 0, 9)
+        assert [i.insert_text for i in result.items] == ["42"]
+        assert session.messages("glm5/status")[0]["state"] == "warming"
+        await session.wait_ready()
+    finally:
+        assert await session.stop() == 0
+
+
+async def test_a_failed_load_is_reported_and_completions_get_its_reason(tmp_path):
+    session = await _start(tmp_path, fail="weights are corrupt")
+    try:
+        await session.wait_for(lambda: any(p["state"] == "error" for p in session.messages("glm5/status")), what="error status")
+        shown = [m.message for m in session.messages("window/showMessage")]
+        assert any("weights are corrupt" in m for m in shown)
+        uri = session.open(tmp_path / "a.py", "x = \n")
+        with pytest.raises(JsonRpcException) as error:
+            await session.inline(uri, 0, 4)
+        assert error.value.code == types.LSPErrorCodes.RequestFailed and "weights are corrupt" in error.value.message
+        stats = await session.stats()
+        assert stats["model"]["state"] == "failed"
+    finally:
+        assert await session.stop() == 0
+
+
+async def test_without_any_model_the_error_says_how_to_give_one(tmp_path):
+    session = await _start(tmp_path, no_model=True)
+    try:
+        status = await session.wait_for(
+            lambda: next((p for p in session.messages("glm5/status") if p["state"] == "error"), None), what="error status"
+        )
+        assert "--model" in status["message"] and "initializationOptions.model" in status["message"]
+        uri = session.open(tmp_path / "a.py", "x = \n")
+        with pytest.raises(JsonRpcException, match="--model"):
+            await session.inline(uri, 0, 4)
+    finally:
+        assert await session.stop() == 0
