@@ -221,6 +221,8 @@ def report(run: Run, rec: Recording) -> None:
         print(f"\n{'per engine request':<26}{'n':>6}{'mean':>10}{'p50':>10}{'p95':>10}")
         for name, values in (("prompt tokens", prompt), ("cached tokens", cached), ("prefilled tokens", filled)):
             print(f"{name:<26}{len(values):>6}{statistics.mean(values):>10.1f}{pct(values, .5):>10.0f}{pct(values, .95):>10.0f}")
+        prepare = [e["prepare_s"] * 1000 for e in engine]
+        print(f"{'prompt building (ms)':<26}{len(prepare):>6}{statistics.mean(prepare):>10.1f}{pct(prepare, .5):>10.1f}{pct(prepare, .95):>10.1f}")
         if share:
             print(f"{'prefilled / prompt':<26}{len(share):>6}{statistics.mean(share):>10.3f}{pct(share, .5):>10.3f}{pct(share, .95):>10.3f}")
 

@@ -1,8 +1,8 @@
 """The completion service behind `textDocument/inlineCompletion` and `textDocument/completion`.
 
-Role: for one request: snapshot the document, register a cancel-previous job, debounce
-automatic triggers, answer from the type-through cache when possible, otherwise wait for the
-model, build the prompt (`pipeline`), generate with streaming, post-process, and record stats.
+Role: for one request: snapshot the document, register a cancel-previous job, answer from the
+type-through cache when possible, otherwise debounce automatic triggers, wait for the model,
+build the prompt (`pipeline`), generate with streaming, post-process, and record stats.
 
 Invariants:
 - Never answers with text for an old version: a didChange aborts the job (StaleRequest), and
@@ -79,8 +79,6 @@ class Completions:
         record: dict[str, object] = {}
         try:
             async with ls.jobs.run(uri, snapshot.version, channel) as job:
-                if automatic and ls.settings.debounce_ms:
-                    await asyncio.sleep(ls.settings.debounce_ms / 1000)
                 answer, outcome = await self._answer(job, snapshot, position, request_id, automatic, timing, record)
                 return answer
         except Superseded:
@@ -112,7 +110,8 @@ class Completions:
         timing: _Timing,
         record: dict[str, object],
     ) -> tuple[Answer, str]:
-        """The answer and its outcome; an explicit (not automatic) request completes anywhere."""
+        """The answer and its outcome. A cache hit answers at once; otherwise an automatic
+        request is debounced first, and an explicit one completes even where EMPTY."""
         ls = self._ls
         offset = snapshot.offset_at(position)
         before = snapshot.text[max(0, offset - CACHE_WINDOW) : offset]
@@ -121,9 +120,12 @@ class Completions:
         if cached is not None:
             timing.saw_text()
             return Answer(cached, job.trace_id, position, snapshot.version), "cache_hit"
+        if automatic and ls.settings.debounce_ms:
+            await asyncio.sleep(ls.settings.debounce_ms / 1000)
         handle = await ls.engine.ready()
+        started = time.perf_counter()
         prepared = ls.prepare(snapshot, position, handle, force=not automatic)
-        record["kind"] = prepared.kind.value
+        record.update(kind=prepared.kind.value, prepare_s=time.perf_counter() - started)
         if prepared.prompt is None:
             return Answer("", job.trace_id, position, snapshot.version), "empty"
         log.debug("%s: %s at %s, %d prompt tokens", job.trace_id, prepared.kind.value, position, len(prepared.prompt.ids))

@@ -14,15 +14,18 @@ the client, which applies it. Every step is logged with the request's trace id.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from context.check import check_code, new_problems
+from context.classify import CompletionKind
 from context.document import Document, DocumentSnapshot
 from context.fim import comment_prefix, file_header, fim_prompt_ids
 from context.positions import Position, Range
+from context.postprocess import PostContext, postprocess
 from context.symbols import undeclared_symbols
 from model_runtime.api import GenerationRequest, SamplingParams
 
@@ -51,7 +54,7 @@ class Replacement:
 
 @dataclass(frozen=True, slots=True)
 class _Task:
-    """One fix to find: regenerate text[start:end]; `prefix`/`suffix` frame the hole."""
+    """One fix to find: regenerate text[start:end] (whole lines, or an insertion at a line start)."""
 
     snapshot: DocumentSnapshot
     start: int  # string offsets of the replaced span
@@ -80,10 +83,7 @@ class Fixer:
     async def fix(self, uri: str, version: int, where: Range, message: str, name: str | None = None) -> Replacement:
         """Regenerate the lines of `where`; `name`: the diagnostic is our undeclared `name`."""
         snapshot = self._current(uri, version)
-        lines = snapshot.lines
-        start = lines.line_start(where.start.line)
-        last = max(where.end.line - (where.end.character == 0 and where.end.line > where.start.line), where.start.line)
-        end = min(len(snapshot.text), lines.line_start(last + 1)) if last + 1 < lines.line_count else len(snapshot.text)
+        start, end = _whole_lines(snapshot, where)
         task = _Task(snapshot, start, end, "", f"fix: {message.strip()}", single_line=False, target=message.strip(), name=name)
         return await self._solve(task, trace=f"fix-{next(_trace_ids)}")
 
@@ -100,16 +100,14 @@ class Fixer:
     async def _attempts(self, task: _Task, trace: str) -> Replacement:
         ls, snapshot = self._ls, task.snapshot
         handle = await ls.engine.ready()
-        language = snapshot.language.name if snapshot.language else snapshot.language_id
         feedback: str | None = None
         attempts = ls.settings.fix_attempts
         for attempt in range(1, attempts + 1):
             request = self._request(handle, task, feedback, f"{trace}.{attempt}", attempt)
             log.info("%s: attempt %d/%d, %d prompt tokens", trace, attempt, attempts, len(request.prompt_ids))
             result = await ls.engine.generate(request)
-            middle = task.lead + _shape(result.text, task)
-            candidate = snapshot.text[: task.start] + middle + snapshot.text[task.end :]
-            feedback = _verdict(task, middle, language, candidate, _undeclared(snapshot, candidate))
+            middle, feedback = await asyncio.to_thread(_evaluate, task, result.text)
+            log.debug("%s: attempt %d wrote %r", trace, attempt, middle)
             log.info("%s: attempt %d %s", trace, attempt, "passed" if feedback is None else f"rejected: {feedback}")
             if feedback is None:
                 self._current(snapshot.uri, snapshot.version)
@@ -139,33 +137,50 @@ class Fixer:
         return GenerationRequest(rid, tuple(ids), sampling)
 
 
+def _whole_lines(snapshot: DocumentSnapshot, where: Range) -> tuple[int, int]:
+    """Offsets of the whole lines `where` touches (an end at column 0 of a later line excluded)."""
+    lines = snapshot.lines
+    last = where.end.line - 1 if where.end.character == 0 and where.end.line > where.start.line else where.end.line
+    end = lines.line_start(last + 1) if last + 1 < lines.line_count else len(snapshot.text)
+    return lines.line_start(where.start.line), end
+
+
+def _evaluate(task: _Task, raw: str) -> tuple[str, str | None]:
+    """(worker thread) The candidate's replacement text, and None if it passes, else why not."""
+    middle = task.lead + _shape(raw, task)
+    text = task.snapshot.text
+    candidate = text[: task.start] + middle + text[task.end :]
+    return middle, _verdict(task, middle, candidate)
+
+
 def _shape(raw: str, task: _Task) -> str:
-    """The generated middle, cut to one line for declarations, ending like the replaced span."""
-    text = raw.split("\n", 1)[0].rstrip() + "\n" if task.single_line else raw
-    replaced = task.snapshot.text[task.start : task.end]
-    if not task.single_line and replaced.endswith("\n") and not text.endswith("\n"):
-        text += "\n"
-    return text
+    """The model's text post-processed as a completion at the hole (one line for declarations,
+    the enclosing block otherwise, never re-typing the lines after it), as whole lines."""
+    snapshot, text = task.snapshot, task.snapshot.text
+    newline = "\n" if task.end < len(text) or text.endswith("\n") else ""
+    holed = Document(snapshot.uri, snapshot.language_id, snapshot.version, text[: task.start] + task.lead + "\n" + text[task.end :])
+    cursor = holed.snapshot().position_at(task.start + len(task.lead))
+    kind = CompletionKind.SINGLE_LINE if task.single_line else CompletionKind.MULTI_LINE
+    return postprocess(raw, PostContext.of(holed.snapshot(), cursor, kind)) + newline
 
 
-def _undeclared(snapshot: DocumentSnapshot, candidate: str) -> set[str]:
-    document = Document(snapshot.uri, snapshot.language_id, snapshot.version, candidate)
-    return {symbol.name for symbol in undeclared_symbols(document.snapshot(), None)}
-
-
-def _verdict(task: _Task, middle: str, language: str, candidate: str, undeclared: set[str]) -> str | None:
+def _verdict(task: _Task, middle: str, candidate: str) -> str | None:
     """None when the candidate passes, else the reason (fed back into the next prompt)."""
-    if middle == task.snapshot.text[task.start : task.end]:
+    snapshot = task.snapshot
+    language = snapshot.language.name if snapshot.language else snapshot.language_id
+    if middle == snapshot.text[task.start : task.end]:
         return "the candidate changed nothing"
     if not middle[len(task.lead) :].strip():
         return "the candidate was empty"
-    new = new_problems(language, task.snapshot.text, candidate, errors_only=True)
+    new = new_problems(language, snapshot.text, candidate, errors_only=True)
     if new:
         return f"{new[0].message} (line {new[0].range.start.line + 1})"
     if task.target is not None and any(p.message == task.target for p in check_code(language, candidate)):
         return f"still reported: {task.target}"
-    if task.name is not None and task.name in undeclared:
-        return f"`{task.name}` is still not declared"
+    if task.name is not None:
+        document = Document(snapshot.uri, snapshot.language_id, snapshot.version, candidate)
+        if task.name in {s.name for s in undeclared_symbols(document.snapshot(), None)}:
+            return f"`{task.name}` is still not declared"
     return None
 
 

@@ -25,6 +25,7 @@ class RequestRecord:
     kind: str = ""  # empty | single_line | multi_line
     first_text_s: float | None = None  # request received -> first streamed text
     total_s: float = 0.0  # request received -> answer
+    prepare_s: float = 0.0  # building the prompt (snippets, budget, tokenizing)
     prompt_tokens: int = 0
     cached_tokens: int = 0
     prefilled_tokens: int = 0
