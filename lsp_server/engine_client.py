@@ -33,6 +33,7 @@ from model_runtime.api import (
 from model_runtime.tokenizer import GlmTokenizer
 
 from .errors import GenerationFailed, ModelUnavailable
+from .tokens import SafeTokenizer
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +43,15 @@ class ModelHandle:
     """A loaded model: its engine (with its own thread) and its tokenizer."""
 
     engine: EngineProtocol
-    tokenizer: GlmTokenizer
+    tokenizer: GlmTokenizer | SafeTokenizer
     path: str
     context_length: int  # the model's positions: prompt + max_tokens must fit
+
+    def safe(self) -> ModelHandle:
+        """This handle with a tokenizer that accepts any editor text (see `tokens`)."""
+        if isinstance(self.tokenizer, SafeTokenizer):
+            return self
+        return ModelHandle(self.engine, SafeTokenizer(self.tokenizer), self.path, self.context_length)
 
 
 ModelLoader = Callable[[str, str], ModelHandle]  # (checkpoint dir, device) -> handle
@@ -127,7 +134,7 @@ class EngineClient:
         if path is None:
             raise ModelUnavailable("no model: start the server with --model DIR or set initializationOptions.model")
         try:
-            return self._loader(path, device)
+            return self._loader(path, device).safe()
         except Exception as exc:
             log.exception("model load failed: %s", path)
             raise ModelUnavailable(f"cannot load model from {path}: {exc}") from exc

@@ -92,7 +92,7 @@ def run_complete(args: argparse.Namespace) -> int:
     index = WorkspaceIndex([root])
     index.build(None)
     try:
-        handle = load_runtime(model, args.device or settings.device)
+        handle = load_runtime(model, args.device or settings.device).safe()
     except Exception as exc:
         print(f"lsp_server complete: cannot load model from {model}: {exc}", file=sys.stderr)
         return 2

@@ -28,6 +28,7 @@ from . import pipeline
 from .engine_client import ModelHandle, embedded_model_path
 from .errors import Glm5Error
 from .progress import WorkDone, send_status
+from .tokens import clean
 
 if TYPE_CHECKING:
     from .server import Glm5Server
@@ -118,7 +119,7 @@ def warmup_texts(ls: Glm5Server) -> list[str]:
     if ls.index is not None:
         texts += [d.text_snippet[:WARMUP_CHARS] for d in ls.index.most_imported(WARMUP_DEFINITIONS) if d.text_snippet]
     texts += [s.text[:WARMUP_CHARS] for s in ls.open_snapshots() if s.text.strip()]
-    return texts or ["def main():\n    return 0\n"]
+    return [clean(t) for t in texts] or ["def main():\n    return 0\n"]
 
 
 async def _first_completion(ls: Glm5Server) -> None:

@@ -5,8 +5,8 @@ glm5.didAcceptCompletion.
   `{prompt, kind, tokens: {...counts, total}, snippets: [{uri, range, reason, detail, tokens}],
   budget}`. Builds the prompt exactly as a completion would, without generating.
 - `glm5.stats [{recent: N}]` -> completion outcomes, latency percentiles, prefill accounting,
-  telemetry counts, cache counters, model state and the engine's `EngineStats`; with `recent`,
-  the last N request records too.
+  telemetry counts, cache counters, model state, the engine's `EngineStats` and the index
+  (roots, files, files left out and why); with `recent`, the last N request records too.
 - `glm5.clearCache` -> forgets the type-through cache.
 - `glm5.applyFix <code action data>` -> computes a code action's edit and applies it through
   `workspace/applyEdit` (for clients that do not resolve code actions).
@@ -25,6 +25,8 @@ from .. import convert
 from ..errors import InvalidParams
 from .code_actions import APPLY_FIX, compute, workspace_edit
 from .inline_completion import ACCEPT_COMMAND
+
+SKIPPED_SHOWN = 50
 
 # pygls evaluates command handlers' annotations at call time, so this import cannot be
 # limited to type checking.
@@ -50,6 +52,7 @@ def register(ls: Glm5Server) -> None:
             "cache": {"entries": len(ls.cache), "hits": ls.cache.hits, "misses": ls.cache.misses},
             "model": {"state": ls.engine.state.value, "path": ls.model_path, "error": ls.engine.error},
             "engine": asdict(engine) if engine is not None else None,
+            "index": _index_summary(ls),
         }
 
     @ls.command("glm5.clearCache")
@@ -98,6 +101,15 @@ async def explain(ls: Glm5Server, uri: str, position: Any) -> dict[str, Any]:
         ],
         "budget": asdict(prepared.budget) if prepared.budget is not None else None,
     }
+
+
+def _index_summary(ls: Glm5Server) -> dict[str, Any] | None:
+    """Roots, file count and the files left out with why (the first SKIPPED_SHOWN of them)."""
+    if ls.index is None:
+        return None
+    skipped = ls.index.skipped()
+    shown = dict(sorted(skipped.items())[:SKIPPED_SHOWN])
+    return {"roots": list(ls.index.roots), "files": len(ls.index.files()), "skipped_count": len(skipped), "skipped": shown}
 
 
 def _single_object(args: tuple[Any, ...], command: str, keys: tuple[str, ...]) -> Mapping[str, Any]:

@@ -57,7 +57,7 @@ async def workspace(tmp_path_factory) -> tuple[Path, Path]:
     lib.mkdir()
     (app / "models.py").write_text(MODELS)
     (app / "main.py").write_text(MAIN)
-    (app / "blob.bin").write_bytes(b"\x00\x01binary\x00" * 100)
+    (app / "blob.py").write_bytes(b"\x00\x01binary\x00" * 100)
     (app / "latin1.py").write_bytes("name = 'caf\xe9'\n".encode("latin-1"))
     (lib / "helpers.py").write_text(LIB)
     return app, lib
@@ -189,6 +189,8 @@ async def test_bad_input_is_answered_or_ignored(session: Session, workspace):
     assert unknown.value.code == types.ErrorCodes.MethodNotFound
     stats = await session.stats()
     assert stats["model"]["state"] == "ready"
+    skipped = {Path(path).name: reason for path, reason in stats["index"]["skipped"].items()}
+    assert skipped["blob.py"].startswith("binary") and skipped["latin1.py"].startswith("not valid UTF-8")
 
 
 def types_uri(location: types.Location) -> str:

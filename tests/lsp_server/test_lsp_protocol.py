@@ -187,3 +187,11 @@ async def test_positions_past_the_end_and_surrogate_pairs_clamp(session: Session
     assert past_file.items[0].range.start.line == 1
     mid_pair = await session.inline(uri, 0, 6)  # inside the first emoji's surrogate pair
     assert mid_pair.items[0].range.start.character == 5
+
+
+async def test_nul_characters_and_lone_surrogates_in_a_document_are_served(session: Session):
+    uri = session.open(session.root / "odd.py", "a = '\x00'\nb = '\ud800' + \n")  # type: ignore[attr-defined]
+    result = await session.inline(uri, 1, 10)  # the end of line 1: the lone surrogate is one UTF-16 unit
+    assert result.items[0].range.start == types.Position(line=1, character=10)
+    explained = await session.command("glm5.explainContext", {"uri": uri, "position": {"line": 1, "character": 10}})
+    assert explained["tokens"]["total"] > 0

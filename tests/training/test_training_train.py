@@ -40,6 +40,12 @@ def test_dsa_phases_indexer_kl_mtp_and_balancing_are_logged(straight_run):
     assert [r["step"] for r in evals] == [4, 8]
 
 
+def test_indexer_can_train_on_every_nth_step_only(shards, tokenizer_dir, tmp_path):
+    assert main(train_args(shards, tokenizer_dir, tmp_path, "--indexer-every", "3")) == 0
+    with_kl = [r["step"] for r in log_records(tmp_path) if "indexer_kl" in r]
+    assert with_kl == [1, 4, 7]
+
+
 def test_export_is_a_runtime_checkpoint_with_tokenizer_and_summary(straight_run):
     from model_runtime.runtime import load_model
 
