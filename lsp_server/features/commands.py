@@ -1,7 +1,8 @@
 """`workspace/executeCommand`: glm5.explainContext, glm5.stats, glm5.clearCache, glm5.applyFix,
 glm5.didAcceptCompletion.
 
-- `glm5.explainContext {uri, position}` -> what the model would see for a completion there:
+- `glm5.explainContext {uri, position?}` -> what the model would see for a completion there
+  (at the last known cursor of the document when `position` is left out):
   `{prompt, kind, tokens: {...counts, total}, snippets: [{uri, range, reason, detail, tokens}],
   budget}`. Builds the prompt exactly as a completion would, without generating.
 - `glm5.stats [{recent: N}]` -> completion outcomes, latency percentiles, prefill accounting,
@@ -36,9 +37,14 @@ from ..server import Glm5Server  # noqa: E402
 def register(ls: Glm5Server) -> None:
     @ls.command("glm5.explainContext")
     async def explain_context(ls: Glm5Server, *args: Any) -> dict[str, Any]:
-        raw = _single_object(args, "glm5.explainContext", ("uri", "position"))
+        raw = _single_object(args, "glm5.explainContext", ("uri",))
         uri = convert.parse_uri(raw, "glm5.explainContext")
-        position = convert.parse_position(raw.get("position"), "glm5.explainContext position")
+        if "position" in raw:
+            position = convert.parse_position(raw["position"], "glm5.explainContext position")
+        elif (cursor := ls.cursors.get(uri)) is not None:
+            position = cursor
+        else:
+            raise InvalidParams(f"glm5.explainContext: no position given and no known cursor in {uri}")
         return await explain(ls, uri, position)
 
     @ls.command("glm5.stats")
@@ -86,6 +92,7 @@ async def explain(ls: Glm5Server, uri: str, position: Any) -> dict[str, Any]:
     return {
         "uri": uri,
         "version": snapshot.version,
+        "position": {"line": prepared.position.line, "character": prepared.position.character},
         "kind": prepared.kind.value,
         "prompt": handle.tokenizer.decode(list(prompt.ids), skip_special=False),
         "tokens": {**prompt.token_counts, "total": len(prompt.ids)},

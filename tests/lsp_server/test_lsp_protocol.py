@@ -195,3 +195,13 @@ async def test_nul_characters_and_lone_surrogates_in_a_document_are_served(sessi
     assert result.items[0].range.start == types.Position(line=1, character=10)
     explained = await session.command("glm5.explainContext", {"uri": uri, "position": {"line": 1, "character": 10}})
     assert explained["tokens"]["total"] > 0
+
+
+async def test_explain_context_defaults_to_the_cursor_the_client_reported(session: Session):
+    uri = _doc(session, "cursor.py", "import os\n\npath = os.getcwd()\nname = \n")
+    with pytest.raises(JsonRpcException, match="no known cursor"):
+        await session.command("glm5.explainContext", {"uri": uri})
+    session.client.protocol.notify("glm5/didChangeCursor", {"textDocument": {"uri": uri}, "position": {"line": 3, "character": 7}})
+    explained = await session.command("glm5.explainContext", {"uri": uri})
+    assert explained["position"] == {"line": 3, "character": 7}
+    assert explained["prompt"].endswith("name = <|code_middle|>")  # the prefix ends at the cursor
