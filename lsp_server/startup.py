@@ -66,9 +66,18 @@ async def build_index(ls: Glm5Server, roots: list[Path]) -> None:
     loop = asyncio.get_running_loop()
     try:
         async with WorkDone(ls, "glm5: indexing workspace") as work:
+            percent = -1
 
-            def progress(done: int, total: int, path: str) -> None:
-                loop.call_soon_threadsafe(work.report, done / total if total else 1.0, path)
+            def report(done: int, total: int, path: str) -> None:  # on the loop
+                nonlocal percent
+                fraction = done / total if total else 1.0
+                work.report(fraction, path)
+                if not ls.announced_ready and int(fraction * 100) != percent:
+                    percent = int(fraction * 100)
+                    send_status(ls, "warming", f"indexing {done}/{total} files", fraction)
+
+            def progress(done: int, total: int, path: str) -> None:  # on the worker thread
+                loop.call_soon_threadsafe(report, done, total, path)
 
             await asyncio.to_thread(index.build, progress)
     except Exception as exc:
