@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -67,8 +68,9 @@ class Analysis:
 
     async def _analyse(self, uri: str) -> None:
         snapshot = self._ls.snapshot(uri)
-        try:
-            diagnostics = await asyncio.to_thread(self._compute, snapshot, self._ls.index, self._ls.settings.diagnostics)
+        own_tree = replace(snapshot, tree=snapshot.tree.copy()) if snapshot.tree is not None else snapshot
+        try:  # tree-sitter trees are not thread-safe: the worker reads its own (shallow) copy
+            diagnostics = await asyncio.to_thread(self._compute, own_tree, self._ls.index, self._ls.settings.diagnostics)
         except Exception:
             log.exception("analysis of %s failed", uri)
             return

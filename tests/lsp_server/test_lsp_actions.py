@@ -159,3 +159,16 @@ async def test_an_added_workspace_folder_is_indexed(session: Session, tmp_path):
             break
         await session.wait_for(lambda: True, timeout=0.05)
     assert [loc.uri for loc in locations] == [(extra / "tools.py").as_uri()]
+
+
+async def test_diagnostics_follow_the_latest_version(session: Session):
+    uri = session.open(session.root / "follow.py", "print(zz)\n")  # type: ignore[attr-defined]
+    session.change(uri, "zz = 1\n", start=(0, 0))
+
+    def latest() -> types.PublishDiagnosticsParams | None:
+        published = [p for p in session.messages("textDocument/publishDiagnostics") if p.uri == uri]
+        return published[-1] if published and published[-1].version == 2 else None
+
+    final = await session.wait_for(latest, what="diagnostics of version 2")
+    assert list(final.diagnostics) == []
+    assert all(p.version in (1, 2) for p in session.messages("textDocument/publishDiagnostics") if p.uri == uri)
