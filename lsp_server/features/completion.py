@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from context.positions import utf16_length
 from lsprotocol import types
 
 from .. import convert
@@ -33,9 +34,11 @@ def register(ls: Glm5Server) -> None:
         )
         if not answer.text:
             return types.CompletionList(is_incomplete=True, items=[])
-        line = ls.snapshot(uri).line(answer.position.line)
-        word = _WORD_TAIL.search(_utf16_prefix(line, answer.position.character)).group()  # type: ignore[union-attr]
-        start = types.Position(line=answer.position.line, character=answer.position.character - _utf16_len(word))
+        snapshot = ls.snapshot(uri)
+        offset = snapshot.offset_at(answer.position)
+        before = snapshot.text[snapshot.lines.line_start(answer.position.line) : offset]
+        word = _WORD_TAIL.search(before).group()  # type: ignore[union-attr]
+        start = types.Position(line=answer.position.line, character=answer.position.character - utf16_length(word))
         new_text = word + answer.text
         first_line = new_text.split("\n", 1)[0].strip() or new_text.strip()
         item = types.CompletionItem(
@@ -51,17 +54,3 @@ def register(ls: Glm5Server) -> None:
             command=accept_command(answer),
         )
         return types.CompletionList(is_incomplete=True, items=[item])
-
-
-def _utf16_len(text: str) -> int:
-    return len(text.encode("utf-16-le", "surrogatepass")) // 2
-
-
-def _utf16_prefix(line: str, character: int) -> str:
-    """The part of `line` before UTF-16 column `character`."""
-    units = 0
-    for index, char in enumerate(line):
-        if units >= character:
-            return line[:index]
-        units += 2 if ord(char) > 0xFFFF else 1
-    return line
