@@ -8,7 +8,8 @@ Invariants:
 - Never answers with text for an old version: a didChange aborts the job (StaleRequest), and
   the version is checked again before answering.
 - A superseded, stale or cancelled request stops before the engine if it is still debouncing
-  or waiting for the model, and between decode steps otherwise.
+  or waiting for the model, and between decode steps otherwise. A request the client cancels
+  while the model is still loading is answered empty, with a `glm5/status` saying why.
 - Streaming progress notifications (`glm5/inlineCompletionProgress`) carry post-processed text,
   only go to clients that opted in, and only for the request's current document version.
 """
@@ -28,6 +29,7 @@ from model_runtime.api import GenerationRequest
 from . import pipeline
 from .errors import Glm5Error, StaleRequest, Superseded
 from .jobs import Job
+from .progress import send_status
 from .stats import RequestRecord
 
 if TYPE_CHECKING:
@@ -122,7 +124,14 @@ class Completions:
             return Answer(cached, job.trace_id, position, snapshot.version), "cache_hit"
         if automatic and ls.settings.debounce_ms:
             await asyncio.sleep(ls.settings.debounce_ms / 1000)
-        handle = await ls.engine.ready()
+        try:
+            handle = await ls.engine.ready()
+        except asyncio.CancelledError:
+            if job.reason is not None:
+                raise
+            # the client gave up while the model was loading: an empty answer, and say why
+            send_status(ls, "warming", "the model is still loading")
+            return Answer("", job.trace_id, position, snapshot.version), "cancelled"
         started = time.perf_counter()
         prepared = ls.prepare(snapshot, position, handle, force=not automatic)
         record.update(kind=prepared.kind.value, prepare_s=time.perf_counter() - started)

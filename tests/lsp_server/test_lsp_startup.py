@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 
@@ -60,5 +61,19 @@ async def test_without_any_model_the_error_says_how_to_give_one(tmp_path):
         uri = session.open(tmp_path / "a.py", "x = \n")
         with pytest.raises(JsonRpcException, match="--model"):
             await session.inline(uri, 0, 4)
+    finally:
+        assert await session.stop() == 0
+
+
+async def test_a_request_cancelled_while_the_model_loads_is_answered_empty_with_a_status(tmp_path):
+    session = await _start(tmp_path, load_s=2.0, text="42")
+    try:
+        uri = session.open(tmp_path / "wait.py", "x = \n")
+        future = session.inline_request(uri, 0, 4, msg_id="waiting", automatic=False)
+        await session.wait_for(lambda: session.messages("glm5/status"), what="warming status")
+        session.client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id="waiting"))
+        result = await asyncio.wrap_future(future)
+        assert list(result.items) == []
+        assert any(p.get("message") == "the model is still loading" for p in session.messages("glm5/status"))
     finally:
         assert await session.stop() == 0
