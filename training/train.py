@@ -68,6 +68,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--dense-fraction", type=float, default=0.1, help="share of training in the DSA dense warm-up")
     p.add_argument("--mtp-weight", type=float, default=0.3)
     p.add_argument("--indexer-weight", type=float, default=1.0)
+    p.add_argument("--indexer-every", type=int, default=1,
+                   help="train the DSA indexer (KL) on every N-th step only; its path costs ~2x a step on CPU")
     p.add_argument("--bias-update-rate", type=float, default=1e-3, help="MoE routing-bias step per update")
     p.add_argument("--init-std", type=float, default=0.02)
     p.add_argument("--seed", type=int, default=0)
@@ -81,6 +83,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.total_tokens <= 0 and args.time_budget <= 0:
         p.error("give --total-tokens or --time-budget (or both)")
+    if args.indexer_every < 1:
+        p.error("--indexer-every must be >= 1")
     return args
 
 
@@ -130,6 +134,7 @@ class Trainer:
     # ---- one optimizer step -----------------------------------------------------------
     def step(self) -> dict:
         args, phase = self.args, self.phase()
+        train_indexer = phase.train_indexer and self.state.step % args.indexer_every == 0
         lr = self.schedule.at(self.state.step, self.progress())
         for group in self.optimizer.param_groups:
             group["lr"] = lr
@@ -141,7 +146,7 @@ class Trainer:
             loss_mask = torch.from_numpy(mask[:, 1:]).to(self.device)
             with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=args.bf16):
                 out = self.model.forward_train(
-                    ids[:, :-1], ids[:, 1:], loss_mask, sparse=phase.sparse, train_indexer=phase.train_indexer,
+                    ids[:, :-1], ids[:, 1:], loss_mask, sparse=phase.sparse, train_indexer=train_indexer,
                     mtp_weight=args.mtp_weight, indexer_weight=args.indexer_weight,
                 )
             (out.loss / args.grad_accum).backward()

@@ -112,3 +112,15 @@ def test_unfinished_or_corrupt_shard_directories_are_refused(built, tmp_path):
         PackedDataset(built[0]).rows([10**6])
     with pytest.raises(ValueError, match="batch_size"):
         BatchStream(PackedDataset(built[0]), 10**6, seed=0)
+
+
+def test_cli_builds_a_split(manifest_path, tokenizer_dir, tmp_path, capsys):
+    from training.data import main
+
+    args = ["--split", "heldout", "--manifest", str(manifest_path), "--tokenizer", str(tokenizer_dir),
+            "--out", str(tmp_path), "--seq-len", "257", "--fim-rate", "0"]
+    assert main(args) == 0
+    assert "samples_plain" in capsys.readouterr().out
+    index = json.loads((tmp_path / "index.json").read_text())
+    assert index["stats"]["documents"] == 1 and index["stats"].get("samples_spm", 0) == 0
+    assert PackedDataset(tmp_path).seq_len == 257

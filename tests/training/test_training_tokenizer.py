@@ -79,3 +79,12 @@ def test_sample_texts_stops_at_the_byte_budget(manifest_path):
     taken = list(sample_texts(docs, max_bytes=1))
     assert len(taken) == 1
     assert len(list(sample_texts(docs, max_bytes=10**9))) == len(docs)
+
+
+def test_cli_trains_checks_and_saves(manifest_path, tmp_path, capsys):
+    from training.tokenizer import main
+
+    assert main(["--manifest", str(manifest_path), "--out", str(tmp_path), "--vocab-size", "600", "--max-length", "512"]) == 0
+    assert "held-out chars/token" in capsys.readouterr().out
+    tok = GlmTokenizer.from_dir(tmp_path)
+    assert tok.vocab_size == 600 and json.loads((tmp_path / "tokenizer_config.json").read_text())["model_max_length"] == 512
