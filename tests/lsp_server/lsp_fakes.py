@@ -2,8 +2,8 @@
 
 The fake engine runs on its own thread like the real one: one decode step per loop iteration
 for every running request, abort honoured between steps, `on_done` exactly once per request.
-Tests script what each request "generates" and can hold the engine on a step (`gate`) to make
-cancellation deterministic; `decode_steps` counts what really ran.
+Tests script what each request "generates" (and may slow each step down with `step_s`);
+`decode_steps` counts what really ran.
 """
 
 from __future__ import annotations
@@ -61,10 +61,6 @@ class FakeEngine:
         self.tokenizer = tokenizer
         self.script = script
         self.step_s = step_s
-        self.gate = threading.Event()
-        self.gate.set()
-        self.submitted: list[GenerationRequest] = []
-        self.warmup_texts: list[str] = []
         self._inbox: queue.Queue[tuple[str, object]] = queue.Queue()
         self._running: dict[str, _Running] = {}
         self._stats = dict.fromkeys(EngineStats.__dataclass_fields__, 0)
@@ -77,7 +73,6 @@ class FakeEngine:
         if not request.prompt_ids:
             raise ValueError("empty prompt")
         with self._lock:
-            self.submitted.append(request)
             self._stats["requests_submitted"] += 1
         self._inbox.put(("submit", (request, on_event, on_done)))
 
@@ -89,7 +84,6 @@ class FakeEngine:
             return EngineStats(**self._stats)
 
     def warmup(self, texts, progress=None) -> WarmupReport:
-        self.warmup_texts = list(texts)
         for i, _ in enumerate(texts):
             if progress is not None:
                 progress((i + 1) / len(texts), f"warm-up {i + 1}/{len(texts)}")
@@ -112,7 +106,6 @@ class FakeEngine:
             except queue.Empty:
                 pass
             if self._running:
-                self.gate.wait()
                 self._step()
 
     def _handle(self, kind: str, payload: object) -> None:
