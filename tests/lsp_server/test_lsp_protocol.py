@@ -205,3 +205,12 @@ async def test_explain_context_defaults_to_the_cursor_the_client_reported(sessio
     explained = await session.command("glm5.explainContext", {"uri": uri})
     assert explained["position"] == {"line": 3, "character": 7}
     assert explained["prompt"].endswith("name = <|code_middle|>")  # the prefix ends at the cursor
+
+
+async def test_clear_cache_forgets_suggestions(session: Session):
+    uri = _doc(session, "clear.py", "y = \n")
+    await session.inline(uri, 0, 4)
+    assert (await session.command("glm5.clearCache"))["cleared"] >= 1
+    before = (await session.stats())["engine"]["requests_submitted"]
+    await session.inline(uri, 0, 4)  # same place: answered by the model again, not the cache
+    assert (await session.stats())["engine"]["requests_submitted"] == before + 1
