@@ -194,10 +194,22 @@ class Trainer:
         checkpoint.save(self.ckpt_path, self.model, self.optimizer, self.state, self.run_config)
 
     def run(self) -> int:
+        """Train until the budget is used (then export), a stop signal, or --max-steps."""
+        self.args.run_dir.mkdir(parents=True, exist_ok=True)
+        previous = {sig: signal.signal(sig, self._request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            self._loop()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        if self.progress() < 1.0:
+            print(f"stopped at step {self.state.step}; run the same command to resume", file=sys.stderr)
+            return 130 if self._stop else 0
+        self.export()
+        return 0
+
+    def _loop(self) -> None:
         args = self.args
-        args.run_dir.mkdir(parents=True, exist_ok=True)
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, self._request_stop)
         progress = Progress(self.state.total_steps or None, self.state.step, args.run_dir / "log.jsonl")
         progress.note(f"{args.preset}: {parameter_counts(self.cfg)} params, context {self.context}, "
                       f"{self.tokens_per_step} tokens/step, device {self.device}, resumed at step {self.state.step}")
@@ -218,11 +230,6 @@ class Trainer:
                 break
         self.save()
         progress.close()
-        if self.progress() < 1.0:
-            print(f"stopped at step {self.state.step}; run the same command to resume", file=sys.stderr)
-            return 130 if self._stop else 0
-        self.export()
-        return 0
 
     def export(self) -> Path:
         """The trained model in GLM-5's checkpoint format, with tokenizer and a training summary."""

@@ -58,6 +58,23 @@ def test_export_is_a_runtime_checkpoint_with_tokenizer_and_summary(straight_run)
     assert summary["steps"] == 8 and summary["tokens"] == 8 * 2 * 128 and summary["heldout"]["heldout_loss"] > 0
 
 
+def test_a_stop_request_saves_a_checkpoint_and_exits_130(shards, tokenizer_dir, tmp_path):
+    from training.train import Trainer, parse_args
+
+    trainer = Trainer(parse_args(train_args(shards, tokenizer_dir, tmp_path)))
+    original = trainer.step
+
+    def step_then_signal():
+        metrics = original()
+        trainer._request_stop(15, None)  # as SIGTERM's handler does
+        return metrics
+
+    trainer.step = step_then_signal
+    assert trainer.run() == 130
+    assert (tmp_path / "checkpoint.pt").is_file() and not (tmp_path / "export").exists()
+    assert [r["step"] for r in log_records(tmp_path)] == [1]
+
+
 def test_resume_with_a_different_configuration_is_refused(straight_run, shards, tokenizer_dir, capsys):
     args = train_args(shards, tokenizer_dir, straight_run)
     args[args.index("--batch-size") + 1] = "4"
