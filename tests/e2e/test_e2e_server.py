@@ -68,7 +68,7 @@ async def session(workspace, tiny_checkpoint, tmp_path_factory):
     log = tmp_path_factory.mktemp("logs") / "server.log"
     argv = [sys.executable, "-m", "lsp_server", "--stdio", "--model", str(tiny_checkpoint),
             "--log-file", str(log), "--log-level", "INFO"]
-    options = {"streaming": True, "maxTokens": 12, "singleLineMaxTokens": 8, "debounceMs": 150, "diagnosticsDebounceMs": 20}
+    options = {"streaming": True, "maxTokens": 12, "singleLineMaxTokens": 8, "debounceMs": 300, "diagnosticsDebounceMs": 20}
     s = await Session.start(argv, list(workspace), init_options=options, log_file=log)
     await s.wait_ready(timeout=120)
     yield s

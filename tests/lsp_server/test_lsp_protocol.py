@@ -28,7 +28,7 @@ async def session(tmp_path_factory):
     s = await Session.start(
         [sys.executable, str(TESTS / "fake_lsp_server.py")],
         [root],
-        init_options={"streaming": True, "debounceMs": 150, "diagnosticsDebounceMs": 20},
+        init_options={"streaming": True, "debounceMs": 300, "diagnosticsDebounceMs": 20},
         env={"GLM5_FAKE": json.dumps(config)},
         log_file=log,
     )
