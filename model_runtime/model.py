@@ -219,15 +219,16 @@ class MLA(nn.Module):
         w_uk, w_uv = self.absorbed_weights()
         q_abs = torch.einsum("nhd,hdc->nhc", q_nope, w_uk)
         q = torch.cat((q_abs, q_pe), -1)
-        idx = batch.causal_slots if indices is None else indices
-        o_lat, _ = sparse_attention(q, kv_cache, idx, self.scale, self.R)
+        kv, idx = batch.attendable(kv_cache, batch.causal_slots if indices is None else indices)
+        o_lat, _ = sparse_attention(q, kv, idx, self.scale, self.R)
         return torch.einsum("nhc,hdc->nhd", o_lat, w_uv)
 
     def _attend_expanded(self, q_nope, q_pe, kv_flat, batch: PagedBatch, indices):
         outs = []
         for b, (start, end) in enumerate(batch.query_spans()):
             n_keys = batch.context_len_list[b]
-            lat = kv_flat[batch.key_slots[b, :n_keys]]
+            rows, slots = batch.attendable(kv_flat, batch.key_slots[b, :n_keys])
+            lat = rows.reshape(-1, rows.shape[-1])[slots]
             k_nope, v = self.expand(lat[:, : self.R])
             k = torch.cat((k_nope, lat[:, None, self.R :].expand(n_keys, self.n_heads, self.dr)), -1)
             q = torch.cat((q_nope[start:end], q_pe[start:end]), -1)
@@ -394,7 +395,9 @@ class Transformer(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        # `_weight` skips nn.Embedding's normal_ init: on the meta device that init imports
+        # torch._dynamo (2.6 s of model load). Real init is `init_weights` or the checkpoint.
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size, _weight=torch.empty(cfg.vocab_size, cfg.hidden_size))
         self.layers = nn.ModuleList(
             Block(cfg, cfg.is_moe_layer(i), cfg.indexer_types[i] == "full") for i in range(cfg.num_hidden_layers)
         )

@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from tokenizers import Tokenizer
 
 log = logging.getLogger(__name__)
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class TokenizerError(ValueError):
@@ -96,10 +99,12 @@ class GlmTokenizer:
         return self._tok.get_vocab_size(with_added_tokens=True)
 
     def encode(self, text: str) -> list[int]:
-        """Token ids of `text`; special-token strings inside `text` are encoded as plain text."""
-        return self._tok.encode(text, add_special_tokens=False).ids
+        """Token ids of `text`; special-token strings inside `text` are encoded as plain text.
+        Lone UTF-16 surrogates (legal in LSP text, unencodable in UTF-8) become U+FFFD."""
+        return self._tok.encode(_LONE_SURROGATE.sub("\ufffd", text), add_special_tokens=False).ids
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        texts = [_LONE_SURROGATE.sub("\ufffd", t) for t in texts]
         return [e.ids for e in self._tok.encode_batch(texts, add_special_tokens=False)]
 
     def count(self, text: str) -> int:

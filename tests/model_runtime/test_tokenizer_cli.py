@@ -65,3 +65,9 @@ def test_cli_reports_errors_in_one_line(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 1
     assert run.stderr.startswith("error:") and "Traceback" not in run.stderr
+
+
+def test_lone_surrogates_encode_as_replacement(tiny_ckpt):
+    tok = GlmTokenizer.from_dir(tiny_ckpt)
+    assert tok.decode(tok.encode("a\ud800b")) == "a\ufffdb"
+    assert tok.encode_batch(["x\udfffy"]) == [tok.encode("x\ufffdy")]
