@@ -318,6 +318,14 @@ class EngineConfig:
     use_mtp: bool = False  # speculative decoding with the MTP layer (greedy requests only)
     prefix_caching: bool = True
     attention: str = "auto"  # "auto" | "absorbed" | "expanded"
+    # KV cache tiers behind the device pool (model_runtime.kvstore): LRU caps in bytes
+    host_cache_bytes: int = 1 << 30  # warm: blocks evicted from the device pool, in host RAM
+    disk_cache_bytes: int = 8 << 30  # cold: per workspace and model, once Engine.open_workspace ran
+    # Sparse residency: per sequence, keep the latents of at most `resident_latent_tokens` tokens
+    # on the device (0 = all); older full blocks move to `latent_spill_tokens` of host memory
+    # while their indexer keys stay on the device.
+    latent_spill_tokens: int = 0
+    resident_latent_tokens: int = 0
 
     def __post_init__(self) -> None:
         if self.block_size <= 0 or self.block_size & (self.block_size - 1):
@@ -331,6 +339,13 @@ class EngineConfig:
             raise ValueError("batch_buckets: expected ascending (max_context, max_batch) pairs with max_batch > 0")
         if self.attention not in ("auto", "absorbed", "expanded"):
             raise ValueError(f"attention: expected auto/absorbed/expanded, got {self.attention!r}")
+        for key in ("host_cache_bytes", "disk_cache_bytes", "latent_spill_tokens", "resident_latent_tokens"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"{key}: must be >= 0")
+        if self.resident_latent_tokens and not self.latent_spill_tokens:
+            raise ValueError("resident_latent_tokens: needs latent_spill_tokens > 0 (where spilled latents go)")
+        if self.resident_latent_tokens and self.resident_latent_tokens < 2 * self.block_size:
+            raise ValueError("resident_latent_tokens: must be at least two blocks (the one being written and one more)")
 
     def max_batch_for(self, context_tokens: int) -> int:
         for bound, size in self.batch_buckets:

@@ -11,25 +11,31 @@ Invariants:
   cache blocks are released at once.
 - With `use_mtp`, greedy output is identical to plain greedy decoding: drafts from the MTP
   layer are only kept when the main model's own argmax agrees.
+- KV blocks evicted from the device pool go to host RAM, then to the workspace's disk store
+  once `open_workspace` bound one (`model_runtime.kvstore`); after `IDLE_PERSIST_S` without work
+  the engine thread writes unsaved blocks to disk in small batches, and `shutdown` writes the rest.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 import torch
 
 from model_runtime.api import (
     DoneCallback, EngineStats, EventCallback, FinishReason, GenerationRequest, GenerationResult,
-    ProgressCallback, StreamEvent, WarmupReport,
+    ProgressCallback, SamplingParams, StreamEvent, WarmupReport,
 )
 from model_runtime.cache import BlockManager, KVCache
 from model_runtime.config import EngineConfig
+from model_runtime.kvstore.paths import store_dir
+from model_runtime.kvstore.tiers import CacheTiers
 from model_runtime.model_runner import Feed, ModelRunner, StepOutput
 from model_runtime.sampler import sample
 from model_runtime.scheduler import Scheduler, Step
@@ -41,6 +47,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+IDLE_PERSIST_S = 1.0  # idle time before unsaved KV blocks are written to the workspace's disk store
+IDLE_PERSIST_BLOCKS = 16  # blocks written per idle batch (the command queue is checked between)
+
 
 class Engine:
     def __init__(self, loaded: LoadedModel, config: EngineConfig | None = None) -> None:
@@ -48,9 +57,11 @@ class Engine:
         cfg = loaded.config
         if self.config.use_mtp and not cfg.num_nextn_predict_layers:
             raise ValueError("use_mtp: this model has no MTP layer (num_nextn_predict_layers = 0)")
-        num_blocks = self.config.max_cache_tokens // self.config.block_size
-        self.cache = KVCache(cfg, num_blocks, self.config.block_size, loaded.dtype, loaded.device)
-        self.blocks = BlockManager(num_blocks, self.config.block_size, self.cache)
+        num_blocks, spill = (t // self.config.block_size for t in (self.config.max_cache_tokens, self.config.latent_spill_tokens))
+        self.cache = KVCache(cfg, num_blocks, self.config.block_size, loaded.dtype, loaded.device, spill)
+        self.blocks = BlockManager(num_blocks, self.config.block_size, self.cache, spill)
+        self.tiers = CacheTiers(self.cache, self.blocks, self.config.host_cache_bytes, self.config.disk_cache_bytes)
+        self.blocks.cold = self.tiers
         self.scheduler = Scheduler(self.config, self.blocks)
         self.runner = ModelRunner(loaded.model, self.cache, self.config, loaded.device)
         self.eos_ids = frozenset(cfg.eos_token_id) | frozenset(loaded.tokenizer.special.eos_ids if loaded.tokenizer else ())
@@ -59,6 +70,9 @@ class Engine:
         self._stopping = False
         self._counters = dict.fromkeys(EngineStats.__dataclass_fields__, 0)
         self._texts: dict[str, TextState] = {}
+        self._prefill_only: set[str] = set()
+        self._prefill_ids = itertools.count()
+        self._busy_at = 0.0
 
     # ---- thread-safe API ------------------------------------------------------------------
     def start(self) -> Engine:
@@ -78,11 +92,16 @@ class Engine:
         return EngineStats(**self._counters)
 
     def shutdown(self) -> None:
+        """Stop the engine thread, then write unsaved KV blocks to the workspace's disk store."""
         self._stopping = True
         self._commands.put(("wake", None))
         if self._thread is not None:
             self._thread.join(timeout=10)
-            self._thread = None
+            stuck, self._thread = self._thread.is_alive(), None
+            if stuck:
+                log.warning("engine thread did not stop within 10 s; the KV cache is not persisted")
+                return
+        self.tiers.persist()
 
     def call(self, fn: Callable[[], object]) -> object:
         """Run `fn` on the engine thread (or inline when no thread runs) and return its result."""
@@ -100,12 +119,59 @@ class Engine:
 
         return run_warmup(self, texts, progress)
 
+    # ---- KV cache tiers (thread-safe) ----------------------------------------------------
+    def open_workspace(self, roots: Iterable[str], cache_dir: str | None = None) -> str:
+        """Bind the disk tier to this workspace's store (`kvstore.paths`) and return its directory.
+        Safe to call again; another set of roots persists the previous workspace first."""
+        directory = store_dir(list(roots), self.loaded.fingerprint, cache_dir)
+        self.call(lambda: self.tiers.bind(directory, self.loaded.fingerprint))
+        return str(directory)
+
+    def persist(self) -> int:
+        """Write every unsaved full block of this workspace to disk now; returns how many."""
+        return self.call(self.tiers.persist)
+
+    def clear_cache(self, workspace: bool = True) -> int:
+        """Forget all cached prefixes and delete persisted blocks: this workspace's, or with
+        `workspace=False` every workspace's; returns the bytes freed (host RAM and disk)."""
+        return self.call(lambda: self.tiers.clear(every_workspace=not workspace))
+
+    def cache_stats(self) -> dict[str, int]:
+        return self.call(self.tiers.stats)
+
+    def prefill(self, prompt_ids: Iterable[int]) -> GenerationResult:
+        """Only fill the KV cache with `prompt_ids` (nothing is sampled), at low priority, and wait
+        for it: warms the stable shared context of a workspace so the first completion reuses it."""
+        if self._thread is not None and threading.current_thread() is self._thread:
+            raise RuntimeError("prefill waits for the engine thread, so it cannot run on it")
+        request = GenerationRequest(f"prefill-{next(self._prefill_ids)}", tuple(prompt_ids), SamplingParams(max_tokens=1), priority=-1)
+        done, box = threading.Event(), []
+
+        def finished(result: GenerationResult) -> None:
+            box.append(result)
+            done.set()
+
+        self._prefill_only.add(request.request_id)
+        if self._thread is None:
+            self.add(request, None, finished)
+            self.run_until_idle()
+        else:
+            self.submit(request, None, finished)
+            done.wait()
+        return box[0]
+
     # ---- engine thread ----------------------------------------------------------------------
     def _loop(self) -> None:
         while not self._stopping:
-            self._drain(block=not self.scheduler.has_work)
+            persist = not self.scheduler.has_work and self._persist_due()
+            self._drain(block=not self.scheduler.has_work and not persist)
             if self.scheduler.has_work and not self._stopping:
                 self.step()
+            elif persist and not self._stopping:
+                self.tiers.persist(IDLE_PERSIST_BLOCKS)
+
+    def _persist_due(self) -> bool:
+        return self.tiers.disk is not None and time.monotonic() - self._busy_at >= IDLE_PERSIST_S and self.tiers.unsaved()
 
     def _drain(self, block: bool) -> None:
         try:
@@ -156,6 +222,7 @@ class Engine:
         step = self.scheduler.schedule()
         if step is None:
             return None
+        self._busy_at = time.monotonic()
         feeds = [self._feed(s, n, step.is_prefill) for s, n in zip(step.seqs, step.num_tokens)]
         try:
             out = self.runner.run(feeds)
@@ -185,6 +252,8 @@ class Engine:
             tokens = tokens + [seq.draft]
         completes = seq.num_computed + len(tokens) >= len(seq.token_ids)
         logits_from = 0 if not is_prefill else (len(tokens) - 1 if completes else len(tokens))
+        if seq.request_id in self._prefill_only:
+            logits_from = len(tokens)
         prompt_fed = max(0, min(seq.prompt_len, seq.num_computed + len(tokens)) - seq.num_computed)
         seq.prefilled_tokens += prompt_fed
         self._counters["prefill_tokens"] += prompt_fed
@@ -192,9 +261,11 @@ class Engine:
 
     def _accept(self, seq: Sequence, feed: Feed, logits: torch.Tensor) -> list[int]:
         """Apply a step's outcome to `seq`; returns the newly accepted tokens."""
-        if feed.logits_from == len(feed.tokens):  # a prefill chunk that does not end the prompt
+        if feed.logits_from == len(feed.tokens):  # a prefill chunk without logits
             seq.num_computed += len(feed.tokens)
             self._seal(seq)
+            if seq.num_computed >= len(seq.token_ids):  # the end of a prefill-only request
+                seq.finish_reason = FinishReason.LENGTH
             return []
         picks = sample(logits, [seq.sampling] * len(logits), [seq.generator] * len(logits))
         if seq.draft is not None and len(feed.tokens) == 2:
@@ -286,6 +357,7 @@ class Engine:
         seq.status = SequenceStatus.ABORTED if reason is FinishReason.ABORT else SequenceStatus.FINISHED
         seq.finish_reason = reason
         self._texts.pop(seq.request_id, None)
+        self._prefill_only.discard(seq.request_id)
         key = "requests_aborted" if reason is FinishReason.ABORT else "requests_finished"
         self._counters[key] += 1
         self._counters["cached_prompt_tokens"] += seq.cached_tokens

@@ -17,6 +17,7 @@ import torch
 
 from model_runtime.cache import KVCache
 from model_runtime.config import EngineConfig, ModelConfig
+from model_runtime.kvstore.residency import SpilledLatents
 from model_runtime.model import Transformer
 from model_runtime.paged import PagedBatch
 
@@ -44,7 +45,7 @@ class ModelRunner:
         self.cfg: ModelConfig = model.cfg
 
     def _batch(self, feeds: list[Feed]) -> PagedBatch:
-        return PagedBatch.build(
+        batch = PagedBatch.build(
             [(f.start, f.start + len(f.tokens)) for f in feeds],
             [f.block_table for f in feeds],
             self.cache.block_size,
@@ -53,6 +54,8 @@ class ModelRunner:
             self.engine_config.attention,
             self.device,
         )
+        batch.latents = SpilledLatents.for_step(self.cache, [f.block_table for f in feeds])
+        return batch
 
     @torch.inference_mode()
     def run(self, feeds: list[Feed]) -> StepOutput:

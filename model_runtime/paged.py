@@ -11,17 +11,23 @@ Invariants:
 - Queries of one sequence are contiguous in the flat batch and in position order.
 - `dense` is true when every query sees at most `index_topk` keys: DSA is then exactly dense
   causal attention and the indexer need not run.
+- Slots index the indexer-key cache; attention reads latents through `attendable`, which is the
+  identity unless some blocks' latents are spilled to the host (`kvstore.residency`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import torch
 
 import kernels
 from model_runtime.rope import rope_tables
+
+if TYPE_CHECKING:
+    from model_runtime.kvstore.residency import SpilledLatents
 
 
 @dataclass
@@ -39,6 +45,7 @@ class PagedBatch:
     dense: bool
     use_absorbed: bool
     _inverse: dict[int, torch.Tensor] = field(default_factory=dict, repr=False)
+    latents: SpilledLatents | None = None  # set when a sequence has latents spilled to the host
 
     @classmethod
     def build(
@@ -72,6 +79,11 @@ class PagedBatch:
         absorbed = {"absorbed": True, "expanded": False}.get(attention, not dense or max_new <= 16)
         cos, sin = rope_tables(positions, *rope)
         return cls(positions, slot_mapping, seq_ids, starts, lens, key_slots, table, block_size, cos, sin, dense, absorbed)
+
+    def attendable(self, kv_cache: torch.Tensor, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The latent cache and slots that attention reads: `kv_cache` and `slots` themselves, or,
+        with sparse residency, a compact copy of just the rows `slots` name, and slots into it."""
+        return (kv_cache, slots) if self.latents is None else self.latents.gather(kv_cache, slots)
 
     @property
     def num_seqs(self) -> int:

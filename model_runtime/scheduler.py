@@ -2,7 +2,9 @@
 
 Role: admission (blocks with prefix reuse), chunked prefill under a token budget, decode
 batching per length bucket (short and long contexts want different batch sizes:
-`EngineConfig.batch_buckets`), preemption when the cache is full, and abort.
+`EngineConfig.batch_buckets`), preemption when the cache is full, and abort. With sparse
+residency (`EngineConfig.resident_latent_tokens`), blocks are allocated chunk by chunk and each
+sequence's oldest full blocks are spilled to the host before every step.
 
 Invariants:
 - Prefill has priority: a step is either all-prefill or all-decode (nano-vllm's shape).
@@ -60,6 +62,10 @@ class Scheduler:
         seq.block_hashes.clear()
 
     def schedule(self) -> Step | None:
+        if self.config.resident_latent_tokens:
+            keep = self.config.resident_latent_tokens // self.config.block_size
+            for seq in self.running:
+                self.blocks.spill(seq.block_table, len(seq.block_hashes), keep)
         self._admit()
         prefill = [s for s in self.running if s.in_prefill]
         if prefill:
@@ -69,10 +75,11 @@ class Scheduler:
     # ---- admission and prefill -------------------------------------------------------------
     def _admit(self) -> None:
         order = sorted(self.waiting, key=lambda s: (-s.request.priority, s.arrival))
+        reserve = self.config.max_prefill_tokens if self.config.resident_latent_tokens else None
         for seq in order:
-            if not self.blocks.can_allocate(len(seq.token_ids) + 1):
+            if not self.blocks.can_allocate(min(len(seq.token_ids), reserve or len(seq.token_ids)) + 1):
                 break
-            alloc = self.blocks.allocate(seq.token_ids, reuse=self.config.prefix_caching)
+            alloc = self.blocks.allocate(seq.token_ids, reuse=self.config.prefix_caching, reserve=reserve)
             seq.block_table, seq.block_hashes = alloc.block_table, alloc.hashes
             seq.num_computed = alloc.cached_tokens
             if seq.prefilled_tokens == 0:
@@ -87,7 +94,11 @@ class Scheduler:
         for seq in sorted(prefill, key=lambda s: (-s.request.priority, s.arrival)):
             if budget <= 0:
                 break
+            if seq.status is not SequenceStatus.RUNNING:  # preempted to make room for another
+                continue
             n = min(seq.num_pending, budget)
+            if not self._ensure_room(seq, seq.num_computed + n, protected=seqs):
+                continue
             seqs.append(seq)
             counts.append(n)
             budget -= n
@@ -118,14 +129,14 @@ class Scheduler:
                 return i
         return len(self.config.batch_buckets) - 1
 
-    def _ensure_room(self, seq: Sequence, num_tokens: int) -> bool:
-        """Grow `seq` to `num_tokens`, preempting the newest other sequences if needed."""
+    def _ensure_room(self, seq: Sequence, num_tokens: int, protected: list[Sequence] | None = None) -> bool:
+        """Grow `seq` to `num_tokens`, preempting the newest other sequences (not `protected`) if needed."""
         while True:
             try:
                 self.blocks.append_slot(seq.block_table, num_tokens)
                 return True
             except CacheFullError:
-                victims = [s for s in self.running if s is not seq]
+                victims = [s for s in self.running if s is not seq and s not in (protected or ())]
                 if not victims:
                     return False
                 self._preempt(max(victims, key=lambda s: (-s.request.priority, s.arrival)))

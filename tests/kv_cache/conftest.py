@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# Before torch loads (as `model_runtime/__init__` does): OpenMP threads that spin while waiting
+# run the engine tests about 20x slower on a shared 2-core machine.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,216 @@
+"""The warm (host RAM) and cold (disk) tiers behind the device block pool.
+
+Role: `CacheTiers` is the `BlockManager`'s `ColdStore`. A hashed block evicted from the device
+pool is copied to host RAM (`demote`); one evicted from host RAM waits in `pending` until it is
+written to the workspace's disk store (`flush`, on idle, or at once when `pending` grows past a
+quarter of the host cap). A prefix-hash miss on the device is looked up in host RAM, then
+`pending`, then on disk, and copied into a fresh block (`promote`) after checking its token ids
+(and, from disk, its digest). `persist` writes every hashed device and host block of the current
+workspace that the disk store does not have yet.
+
+Invariants:
+- Only blocks stamped with the current `epoch` (the workspace binding they were computed or
+  used under) are written to disk: after `bind` switches workspaces, nothing cached for the old
+  workspace lands in the new one's directory.
+- Disk trouble never reaches the engine: the store logs and answers misses.
+- Runs on the engine thread only (like the cache and the block manager).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from model_runtime.cache import Block, BlockManager, KVCache
+from model_runtime.kvstore.disk import DiskStore, wipe
+from model_runtime.kvstore.host import HostTier
+from model_runtime.kvstore.paths import marked_workspaces
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredBlock:
+    """A full block's rows off the device: every cache layer's latents and indexer keys."""
+
+    block_hash: bytes
+    token_ids: tuple[int, ...]
+    kv: torch.Tensor  # [layers, block_size, kv_dim], host memory
+    index: torch.Tensor  # [layers, block_size, index_dim]
+    epoch: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.kv.numel() * self.kv.element_size() + self.index.numel() * self.index.element_size()
+
+    def payload(self) -> list[memoryview]:
+        return [memoryview(t.contiguous().view(torch.uint8).numpy()).cast("B") for t in (self.kv, self.index)]
+
+
+@dataclass
+class TierCounters:
+    host_hits: int = 0
+    disk_hits: int = 0
+    demoted: int = 0
+    written: int = 0
+
+
+class CacheTiers:
+    def __init__(self, cache: KVCache, blocks: BlockManager, host_bytes: int, disk_bytes: int) -> None:
+        self.cache, self.blocks = cache, blocks
+        self.host: HostTier[bytes, StoredBlock] = HostTier(host_bytes)
+        self.pending: OrderedDict[bytes, StoredBlock] = OrderedDict()
+        self.disk_bytes = disk_bytes
+        self.disk: DiskStore | None = None
+        self.counters = TierCounters()
+        index = cache.index[0]
+        self.kv_shape = (len(cache.kv), cache.block_size, cache.kv[0].shape[-1])
+        self.index_shape = (len(cache.index), cache.block_size, index.shape[-1])
+        self.dtype = index.dtype
+        self.layout = {"dtype": str(self.dtype).removeprefix("torch."), "kv": list(self.kv_shape), "index": list(self.index_shape)}
+
+    @property
+    def epoch(self) -> int:
+        return self.blocks.epoch
+
+    # ---- ColdStore ------------------------------------------------------------------------
+    def has(self, block_hash: bytes) -> bool:
+        return block_hash in self.host or block_hash in self.pending or (self.disk is not None and block_hash in self.disk)
+
+    def promote(self, block_hash: bytes, token_ids: tuple[int, ...], block_id: int) -> bool:
+        stored = self.host.get(block_hash) or self.pending.get(block_hash)
+        if stored is not None and stored.token_ids == token_ids:
+            self.counters.host_hits += 1
+        elif self.disk is not None and (stored := self._load(block_hash, token_ids)) is not None:
+            self.counters.disk_hits += 1
+        else:
+            return False
+        self.cache.write_block(block_id, stored.kv, stored.index)
+        return True
+
+    def demote(self, block: Block) -> None:
+        if block.hash is None:
+            return
+        known = self.host.get(block.hash) or self.pending.get(block.hash)
+        if known is not None and known.token_ids == block.token_ids:
+            return
+        kv, index = self.cache.read_block(block.block_id)
+        self.counters.demoted += 1
+        for out in self.host.put(block.hash, StoredBlock(block.hash, block.token_ids, kv, index, block.epoch)):
+            if self.disk is not None and out.epoch == self.epoch and not self.disk.knows(out.block_hash):
+                self.pending[out.block_hash] = out
+        if sum(b.nbytes for b in self.pending.values()) > self.host.capacity_bytes // 4:
+            self.flush()
+
+    # ---- disk ------------------------------------------------------------------------------
+    def bind(self, directory: Path, fingerprint: str) -> bool:
+        """Use the disk store at `directory` (`paths.store_dir`); True if that bound a new store.
+        Switching from another workspace first persists the old one and starts a new epoch."""
+        if self.disk is not None and self.disk.dir == directory:
+            return False
+        store = DiskStore(directory, fingerprint, self.layout, self.disk_bytes)
+        if self.disk is not None:
+            self.persist()
+            self.blocks.epoch += 1
+        self.pending.clear()
+        self.disk = store
+        return True
+
+    def flush(self, limit: int | None = None) -> int:
+        """Write up to `limit` pending (host-evicted) blocks to disk; returns how many."""
+        if self.disk is None or not self.pending:
+            self.pending.clear()
+            return 0
+        batch = []
+        while self.pending and (limit is None or len(batch) < limit):
+            batch.append(self.pending.popitem(last=False)[1])
+        return self._write(batch)
+
+    def persist(self, limit: int | None = None) -> int:
+        """Write pending blocks, then the current workspace's hashed device and host blocks that
+        the disk store lacks (up to `limit` in all); commits the disk index."""
+        if self.disk is None:
+            return 0
+        written = self.flush(limit)
+        room = None if limit is None else limit - written
+        if room is None or room > 0:
+            written += self._write(list(self._unsaved(room)))
+        self.disk.commit()
+        return written
+
+    def unsaved(self) -> bool:
+        """Whether `persist` has anything to write."""
+        return self.disk is not None and bool(self.pending or self._unsaved_device() or self._unsaved_host())
+
+    def clear(self, every_workspace: bool = False) -> int:
+        """Forget every cached prefix on the device and in host RAM, and delete the persisted
+        blocks of the bound workspace (every model's), or of every workspace under its cache
+        root (or the default one); returns the host and disk bytes freed."""
+        self.blocks.clear_hashes()
+        freed = self.host.clear() + sum(b.nbytes for b in self.pending.values())
+        self.pending.clear()
+        if self.disk is not None:
+            freed += self.disk.clear()
+        if every_workspace:
+            workspaces = marked_workspaces(None if self.disk is None else self.disk.dir.parent.parent)
+        else:
+            workspaces = [] if self.disk is None else [self.disk.dir.parent]
+        for workspace in workspaces:
+            freed += sum(wipe(store) for store in workspace.iterdir() if store.is_dir())
+        return freed
+
+    def stats(self) -> dict[str, int]:
+        """Sizes and counters of every tier (plain ints)."""
+        used = sum(1 for b in self.blocks.blocks if b.ref_count > 0)
+        return {
+            "device_blocks": self.cache.num_blocks, "spill_blocks": self.cache.spill_blocks, "blocks_in_use": used,
+            "cached_blocks": len(self.blocks.by_hash), "device_bytes": self.cache.device_bytes(),
+            "host_blocks": len(self.host), "host_bytes": self.host.total_bytes, "pending_blocks": len(self.pending),
+            "disk_blocks": 0 if self.disk is None else len(self.disk),
+            "disk_bytes": 0 if self.disk is None else self.disk.total_bytes,
+            "spill_rows_read": self.cache.spill_rows_read, **asdict(self.counters),
+        }  # fmt: skip
+
+    # ---- internals ----------------------------------------------------------------------------
+    def _unsaved_device(self) -> list[Block]:
+        return [b for b in self.blocks.registered() if b.epoch == self.epoch and not self.disk.knows(b.hash)]
+
+    def _unsaved_host(self) -> list[StoredBlock]:
+        return [s for s in self.host.values() if s.epoch == self.epoch and not self.disk.knows(s.block_hash)]
+
+    def _unsaved(self, limit: int | None) -> Iterator[StoredBlock]:
+        """Unsaved device blocks (copied to the host one at a time, as the writer asks), then host ones."""
+        device, host = self._unsaved_device(), self._unsaved_host()
+        for block in device[:limit]:
+            kv, index = self.cache.read_block(block.block_id)
+            yield StoredBlock(block.hash, block.token_ids, kv, index, block.epoch)
+        yield from host[: None if limit is None else max(0, limit - len(device))]
+
+    def _write(self, batch: list[StoredBlock]) -> int:
+        if not batch or self.disk is None:
+            return 0
+        written = self.disk.put((b.block_hash, b.token_ids, b.payload()) for b in batch)
+        self.counters.written += written
+        return written
+
+    def _load(self, block_hash: bytes, token_ids: tuple[int, ...]) -> StoredBlock | None:
+        payload = self.disk.get(block_hash, token_ids)
+        if payload is None:
+            return None
+        flat = torch.frombuffer(payload, dtype=torch.uint8)
+        kv_bytes = _numel(self.kv_shape) * self.dtype.itemsize
+        kv = flat[:kv_bytes].view(self.dtype).view(self.kv_shape)
+        index = flat[kv_bytes:].view(self.dtype).view(self.index_shape)
+        return StoredBlock(block_hash, token_ids, kv, index, self.epoch)
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
