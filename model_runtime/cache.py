@@ -15,8 +15,10 @@ Invariants:
 - Only full blocks carry a hash and can be shared, spilled or handed to a colder tier. A shared
   block is never written: the one token that must be recomputed at the end of a fully cached
   prompt goes into a private copy.
-- A partial last block is remembered as a *tail* (its computed tokens, under the hash of the
-  blocks before it) until the block is reused; a sequence with the same prefix gets a private copy.
+- Every block computed after a prefix (full, or the partial last block of a sequence with its
+  computed tokens so far) is remembered as that prefix's latest *successor* until the block is
+  reused. A sequence that shares the prefix and then some of the successor's tokens, but not the
+  whole block (it diverges inside it), gets a private copy of the matching rows.
 - Freed blocks keep their contents and hash (an LRU pool of reusable prefixes, one for device
   blocks and one for spilled blocks) until an allocation needs the space; a hashed block leaving
   its pool is handed to the cold store first.
@@ -114,7 +116,7 @@ class Block:
     ref_count: int = 0
     hash: bytes | None = None
     token_ids: tuple[int, ...] = ()
-    tail_of: bytes | None = None  # for a cached partial block: the hash of the blocks before it
+    after: bytes | None = None  # the hash of the prefix this block is the latest successor of
     epoch: int = 0
 
 
@@ -146,7 +148,7 @@ class BlockManager:
         self.free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))  # LRU order
         self.spill_free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks, num_blocks + spill_blocks))
         self.by_hash: dict[bytes, int] = {}
-        self.tails: dict[bytes, int] = {}
+        self.successors: dict[bytes, int] = {}  # prefix hash -> block most recently computed after it
         self.cache = cache
         self.cold: ColdStore | None = None
         self.epoch = 0
@@ -163,7 +165,8 @@ class BlockManager:
 
     def allocate(self, token_ids: list[int], reuse: bool = True, reserve: int | None = None) -> Allocation:
         """Blocks for a new sequence of `token_ids`: its cached prefix (device hits, or blocks
-        promoted from the cold store), a private copy of a matching cached tail, and fresh blocks
+        promoted from the cold store), a private copy of the rows it shares with the prefix's
+        cached successor (where it diverges inside a block), and fresh blocks
         for the rest of the prompt, or with `reserve`, for only `reserve` tokens past the cached part."""
         total = len(token_ids)
         need = total if reserve is None else min(total, reserve)
@@ -182,12 +185,12 @@ class BlockManager:
         hashes = self._cached_prefix(token_ids, table, keep_free) if reuse else []
         hits = len(table)
         cached = hits * bs
-        tail, matched = self._tail(hashes[-1] if hashes else ROOT_HASH, token_ids[cached:]) if reuse else (None, 0)
+        source, matched = self._successor(hashes[-1] if hashes else ROOT_HASH, token_ids[cached:]) if reuse else (None, 0)
         end = total if reserve is None else min(total, cached + max(reserve, 1))
         while len(table) < self.blocks_needed(end):
             table.append(self._fresh())
         if matched and self.cache is not None:
-            self.cache.copy_block(tail, table[hits])
+            self.cache.copy_block(source, table[hits])
             cached += matched
         if cached == total and cached > 0:
             cached -= 1  # the last token must run again to give logits: write it to a private copy
@@ -230,13 +233,13 @@ class BlockManager:
         self._register(block_id, block_hash, chunk)
         return block_id
 
-    def _tail(self, prev: bytes, rest: list[int]) -> tuple[int | None, int]:
-        """(block, number of leading tokens of `rest`) of the cached partial block after `prev`."""
-        block_id = self.tails.get(prev)
+    def _successor(self, prev: bytes, rest: list[int]) -> tuple[int | None, int]:
+        """(block, how many leading tokens of `rest` it holds) for the latest block after `prev`."""
+        block_id = self.successors.get(prev)
         if block_id is None:
             return None, 0
         matched = 0
-        for cached, wanted in zip(self.blocks[block_id].token_ids, rest):
+        for cached, wanted in zip(self.blocks[block_id].token_ids[: self.block_size - 1], rest):
             if cached != wanted:
                 break
             matched += 1
@@ -251,16 +254,19 @@ class BlockManager:
 
     def seal_full_blocks(self, table: list[int], token_ids: list[int], hashes: list[bytes]) -> None:
         """Hash and register every block that became full (its KV is final); remember the
-        partial last block as a tail."""
+        partial last block as its prefix's successor."""
         bs = self.block_size
         while len(hashes) < len(token_ids) // bs:
             i = len(hashes)
             chunk = token_ids[i * bs : (i + 1) * bs]
-            hashes.append(chain_hash(hashes[-1] if hashes else ROOT_HASH, chunk))
+            prev = hashes[-1] if hashes else ROOT_HASH
+            hashes.append(chain_hash(prev, chunk))
             self._register(table[i], hashes[i], chunk)
+            self._succeed(table[i], prev)
         full = len(token_ids) // bs
-        if len(token_ids) > full * bs and full < len(table):
-            self._note_tail(table[full], hashes[full - 1] if full else ROOT_HASH, token_ids[full * bs :])
+        if len(token_ids) > full * bs and full < len(table) and self.blocks[table[full]].hash is None:
+            self.blocks[table[full]].token_ids = tuple(token_ids[full * bs :])
+            self._succeed(table[full], hashes[full - 1] if full else ROOT_HASH)
 
     def truncate(self, table: list[int], hashes: list[bytes], num_tokens: int) -> None:
         """Roll a sequence back to its first `num_tokens` tokens (rejected speculative tokens)."""
@@ -292,6 +298,9 @@ class BlockManager:
             new.hash, new.token_ids, new.epoch = old.hash, old.token_ids, old.epoch
             if self.by_hash.get(old.hash) == src:
                 self.by_hash[old.hash] = dst
+            if old.after is not None:
+                self._succeed(dst, old.after)
+            self._forget_succession(old)
             old.hash, old.token_ids = None, ()
             table[i] = dst
             self._release(src, fresh=True)
@@ -305,9 +314,9 @@ class BlockManager:
     def clear_hashes(self) -> None:
         """Forget every cached prefix (used when the cache contents become invalid)."""
         for block in self.blocks:
-            block.hash, block.token_ids, block.tail_of = None, (), None
+            block.hash, block.token_ids, block.after = None, (), None
         self.by_hash.clear()
-        self.tails.clear()
+        self.successors.clear()
 
     # ---- internals ------------------------------------------------------------------------
     def _fresh(self, spill: bool = False) -> int:
@@ -320,7 +329,7 @@ class BlockManager:
             if self.cold is not None:
                 self.cold.demote(block)
             del self.by_hash[block.hash]
-        self._forget_tail(block)
+        self._forget_succession(block)
         block.hash, block.token_ids, block.ref_count = None, (), 1
         return block_id
 
@@ -349,19 +358,17 @@ class BlockManager:
         block.epoch = self.epoch
         if block.hash == block_hash:
             return
-        self._forget_tail(block)
         block.hash, block.token_ids = block_hash, tuple(tokens)
         self.by_hash.setdefault(block_hash, block_id)
 
-    def _note_tail(self, block_id: int, prev: bytes, tokens: list[int]) -> None:
+    def _succeed(self, block_id: int, prev: bytes) -> None:
         block = self.blocks[block_id]
-        if block.hash is not None or block_id >= self.num_device:
-            return
-        self._forget_tail(block)
-        block.tail_of, block.token_ids = prev, tuple(tokens)
-        self.tails[prev] = block_id
+        if block.after != prev:
+            self._forget_succession(block)
+            block.after = prev
+        self.successors[prev] = block_id
 
-    def _forget_tail(self, block: Block) -> None:
-        if block.tail_of is not None and self.tails.get(block.tail_of) == block.block_id:
-            del self.tails[block.tail_of]
-        block.tail_of = None
+    def _forget_succession(self, block: Block) -> None:
+        if block.after is not None and self.successors.get(block.after) == block.block_id:
+            del self.successors[block.after]
+        block.after = None

@@ -1,4 +1,4 @@
-"""The block manager's tier hooks, partial-tail reuse, chunked (reserved) allocation, spilling
+"""The block manager's tier hooks, partial-block reuse, chunked (reserved) allocation, spilling
 and workspace epochs, against a recording cold store and a real (tiny) KVCache."""
 
 from __future__ import annotations
@@ -86,6 +86,17 @@ def test_a_cached_partial_block_is_copied_not_shared():
     assert c.cached_tokens == 5
 
 
+def test_a_prompt_diverging_inside_a_full_block_reuses_its_matching_rows():
+    cache = small_cache(8)
+    bm = BlockManager(8, BS, cache)
+    a = sealed(bm, list(range(12)))
+    b = bm.allocate(list(range(10)) + [50, 51, 52])
+    assert b.cached_tokens == 10 and b.block_table[:2] == a.block_table[:2]
+    assert b.block_table[2] != a.block_table[2]  # a copy: a's block stays shared and unwritten
+    assert all(torch.equal(kv[b.block_table[2]], kv[a.block_table[2]]) for kv in cache.kv)
+    assert len(b.hashes) == 2
+
+
 def test_a_prompt_ending_inside_a_cached_tail_recomputes_only_its_last_token():
     bm = BlockManager(8, BS, small_cache(8))
     a = sealed(bm, list(range(7)))
@@ -93,7 +104,7 @@ def test_a_prompt_ending_inside_a_cached_tail_recomputes_only_its_last_token():
     assert b.cached_tokens == 5 and b.block_table[1] != a.block_table[1]
 
 
-def test_a_reused_block_forgets_its_tail():
+def test_a_reused_block_is_no_longer_a_source_of_partial_reuse():
     bm = BlockManager(2, BS)
     a = sealed(bm, list(range(6)))
     bm.release(a.block_table)
