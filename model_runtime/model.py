@@ -35,7 +35,7 @@ import kernels
 from model_runtime.config import ModelConfig
 from model_runtime.paged import PagedBatch, indexer_topk, sparse_attention
 from model_runtime.rope import apply_rope, rope_tables
-from model_runtime.topk import stable_topk
+from model_runtime.topk import topk_mask
 
 
 class RMSNorm(nn.Module):
@@ -84,15 +84,15 @@ class Indexer(nn.Module):
 
     def scores(self, q: torch.Tensor, w: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         """q [B,S,Hi,Di], w [B,S,Hi], k [B,T,Di] -> I [B,S,T] fp32 (no mask)."""
-        s = torch.matmul(q.float(), k.float().transpose(-1, -2).unsqueeze(1)) * self.softmax_scale
-        return torch.matmul(w.unsqueeze(-2), F.relu(s)).squeeze(-2)
+        s = torch.einsum("bshd,btd->bsht", q.float(), k.float()) * self.softmax_scale
+        return torch.einsum("bsht,bsh->bst", F.relu(s), w.float())
 
 
 @dataclass
 class AttnAux:
     """Training by-products of one attention layer."""
 
-    topk: torch.Tensor | None = None  # [B, S, K] selected key indices (sparse phase)
+    selected: torch.Tensor | None = None  # [B, S, T] bool: keys the indexer selected (sparse)
     indexer_kl: torch.Tensor | None = None  # scalar KL(attention || indexer)
 
 
@@ -145,37 +145,53 @@ class MLA(nn.Module):
         sparse: bool,
         train_indexer: bool,
     ) -> tuple[torch.Tensor, AttnAux]:
-        """x [B,T,D] -> out [B,T,D]. `valid` [B,T] marks non-padding keys."""
+        """x [B,T,D] -> out [B,T,D]. `valid` [B,T] marks non-padding keys.
+
+        The top-k selection is not differentiable: the indexer learns only from `indexer_kl`
+        (on detached inputs, as in the DSA paper), so its scores for selection run without grad.
+        """
         B, T, _ = x.shape
         q_lat, q_nope, q_pe, c, k_pe = self.project(x, cos, sin)
         k_nope, v = self.expand(c)
-        allowed = torch.ones(T, T, dtype=torch.bool, device=x.device).tril().expand(B, T, T)
-        if valid is not None:  # padding keys are never seen; padding queries see only themselves
-            eye = torch.eye(T, dtype=torch.bool, device=x.device)
-            allowed = (allowed & valid[:, None, :]) | (eye & ~valid[:, :, None])
+        allowed = None if valid is None and not sparse else _causal_mask(B, T, valid, x.device)
         aux = AttnAux()
-        index_scores = None
-        if self.indexer is not None and (sparse or train_indexer):
-            xi, qi_lat = (x.detach(), q_lat.detach()) if train_indexer else (x, q_lat)
-            qi, w = self.indexer.queries(xi, qi_lat, cos, sin)
-            index_scores = self.indexer.scores(qi, w, self.indexer.keys(xi, cos, sin))
-            index_scores = index_scores.masked_fill(~allowed, float("-inf"))
         if sparse:
-            aux.topk = prev_topk if index_scores is None else _dense_topk(index_scores, self.indexer.topk)
-            if aux.topk is None:
+            aux.selected = prev_topk if self.indexer is None else self._select_dense(x, q_lat, cos, sin, allowed)
+            if aux.selected is None:
                 raise ValueError("a shared DSA layer needs the top-k of an earlier full layer")
-            selected = torch.zeros_like(allowed).scatter(-1, aux.topk, True)
-            allowed = allowed & selected
+            allowed = allowed & aux.selected
         q = torch.cat((q_nope, q_pe), -1).transpose(1, 2)  # [B,H,T,dn+dr]
         k = torch.cat((k_nope, k_pe.unsqueeze(2).expand(B, T, self.n_heads, self.dr)), -1).transpose(1, 2)
-        if train_indexer and index_scores is not None:
-            logits = torch.matmul(q, k.transpose(-1, -2)) * self.scale
-            probs = logits.float().masked_fill(~allowed[:, None], float("-inf")).softmax(-1)
-            out = torch.matmul(probs.to(v.dtype), v.transpose(1, 2))
-            aux.indexer_kl = _indexer_kl(probs.detach(), index_scores, allowed)
-        else:
-            out = F.scaled_dot_product_attention(q, k, v.transpose(1, 2), attn_mask=allowed[:, None], scale=self.scale)
+        mask = None if allowed is None else allowed[:, None]
+        out = F.scaled_dot_product_attention(q, k, v.transpose(1, 2), attn_mask=mask, is_causal=mask is None, scale=self.scale)
+        if train_indexer and self.indexer is not None:
+            aux.indexer_kl = self._indexer_kl(x, q_lat, q, k, cos, sin, allowed)
         return self.o_proj(out.transpose(1, 2).flatten(2)), aux
+
+    @torch.no_grad()
+    def _select_dense(self, x, q_lat, cos, sin, allowed) -> torch.Tensor:
+        """[B,T,T] bool: the top-k visible keys of each query by indexer score."""
+        qi, w = self.indexer.queries(x, q_lat, cos, sin)
+        scores = self.indexer.scores(qi, w, self.indexer.keys(x, cos, sin))
+        return topk_mask(scores.masked_fill(~allowed, float("-inf")), self.indexer.topk)
+
+    def _indexer_kl(self, x, q_lat, q, k, cos, sin, allowed, rows: int = 128) -> torch.Tensor:
+        """KL(head-summed attention ‖ softmax(indexer scores)) over each query's attended keys,
+        in fp32 (outside autocast), on a strided subset of `rows` queries per sequence."""
+        B, T = x.shape[:2]
+        pick = torch.arange(T - 1, -1, -max(1, T // rows), device=x.device).flip(0)
+        seen = (_causal_mask(B, T, None, x.device) if allowed is None else allowed)[:, pick]
+        with torch.autocast(x.device.type, enabled=False):
+            with torch.no_grad():
+                logits = torch.matmul(q[:, :, pick].float(), k.float().transpose(-1, -2)) * self.scale
+                target = logits.masked_fill(~seen[:, None], float("-inf")).softmax(-1).sum(1)
+                target = target / target.sum(-1, keepdim=True)
+            xd, qd = x.detach().float(), q_lat.detach().float()
+            qi, w = self.indexer.queries(xd[:, pick], qd[:, pick], cos[:, pick], sin[:, pick])
+            index_scores = self.indexer.scores(qi, w, self.indexer.keys(xd, cos, sin))
+            logq = index_scores.masked_fill(~seen, float("-inf")).log_softmax(-1)
+            kl = torch.where(seen, target * (target.clamp_min(1e-12).log() - logq), torch.zeros_like(target))
+        return kl.sum(-1).mean()
 
     # ---- paged form: the engine's prefill and decode -------------------------------------
     def forward_paged(
@@ -242,17 +258,13 @@ class MLA(nn.Module):
         return torch.cat(outs, 0)
 
 
-def _dense_topk(index_scores: torch.Tensor, topk: int) -> torch.Tensor:
-    return stable_topk(index_scores, topk)[1]
-
-
-def _indexer_kl(probs: torch.Tensor, index_scores: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
-    """KL(head-summed attention ‖ softmax(indexer)) over the allowed keys, mean over queries."""
-    target = probs.sum(1)
-    target = target / target.sum(-1, keepdim=True).clamp_min(1e-12)
-    logq = index_scores.masked_fill(~allowed, float("-inf")).log_softmax(-1)
-    kl = torch.where(allowed, target * (target.clamp_min(1e-12).log() - logq), torch.zeros_like(target))
-    return kl.sum(-1).mean()
+def _causal_mask(B: int, T: int, valid: torch.Tensor | None, device) -> torch.Tensor:
+    """[B,T,T] bool; padding keys are never seen, padding queries see only themselves."""
+    allowed = torch.ones(T, T, dtype=torch.bool, device=device).tril().expand(B, T, T)
+    if valid is None:
+        return allowed
+    eye = torch.eye(T, dtype=torch.bool, device=device)
+    return (allowed & valid[:, None, :]) | (eye & ~valid[:, :, None])
 
 
 class MLP(nn.Module):
@@ -422,7 +434,7 @@ class Transformer(nn.Module):
         auxes, prev = [], None
         for layer in self.layers:
             x, aux = layer.forward_dense(x, cos, sin, valid, prev, sparse, train_indexer)
-            prev = aux.topk if aux.topk is not None else prev
+            prev = aux.selected if aux.selected is not None else prev
             auxes.append(aux)
         return self.norm(x), auxes
 
