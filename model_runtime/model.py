@@ -251,11 +251,17 @@ class MLA(nn.Module):
             allowed = batch.causal_mask(b)
             if indices is not None:
                 allowed = allowed & batch.selection_mask(b, indices[start:end])
-            out = F.scaled_dot_product_attention(
-                q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=allowed, scale=self.scale
-            )
-            outs.append(out.transpose(0, 1))
+            step = max(1, _SCORE_BYTES // (4 * n_keys * self.n_heads))  # bound the [H, rows, keys] scores
+            for i in range(0, end - start, step):
+                out = F.scaled_dot_product_attention(
+                    q[i : i + step].transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
+                    attn_mask=allowed[i : i + step], scale=self.scale,
+                )
+                outs.append(out.transpose(0, 1))
         return torch.cat(outs, 0)
+
+
+_SCORE_BYTES = 256 << 20
 
 
 def _causal_mask(B: int, T: int, valid: torch.Tensor | None, device) -> torch.Tensor:
