@@ -101,7 +101,10 @@ class Engine:
             if stuck:
                 log.warning("engine thread did not stop within 10 s; the KV cache is not persisted")
                 return
-        self.tiers.persist()
+        try:
+            self.tiers.persist()
+        except Exception:  # persisting is an optimisation: never fail a shutdown over it
+            log.exception("persisting the KV cache at shutdown failed")
 
     def call(self, fn: Callable[[], object]) -> object:
         """Run `fn` on the engine thread (or inline when no thread runs) and return its result."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -98,6 +98,8 @@ class CacheTiers:
             return
         known = self.host.get(block.hash) or self.pending.get(block.hash)
         if known is not None and known.token_ids == block.token_ids:
+            if known.epoch != block.epoch and block.hash in self.host:  # used again since: restamp
+                self.host.put(block.hash, replace(known, epoch=block.epoch))
             return
         kv, index = self.cache.read_block(block.block_id)
         self.counters.demoted += 1
