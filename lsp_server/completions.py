@@ -1,8 +1,9 @@
 """The completion service behind `textDocument/inlineCompletion` and `textDocument/completion`.
 
 Role: for one request: snapshot the document, register a cancel-previous job, answer from the
-type-through cache when possible, otherwise debounce automatic triggers, wait for the model,
-build the prompt (`pipeline`), generate with streaming, post-process, and record stats.
+type-through cache when possible, or follow a running generation the user typed into
+(`inflight`); otherwise debounce automatic triggers, wait for the model, build the prompt
+(`pipeline`), generate with streaming, post-process, and record stats.
 
 Invariants:
 - Never answers with text for an old version: a didChange aborts the job (StaleRequest), and
@@ -19,15 +20,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from context.positions import Position
-from model_runtime.api import GenerationRequest
+from model_runtime.api import FinishReason, GenerationRequest
 
 from . import pipeline
 from .errors import Glm5Error, StaleRequest, Superseded
+from .inflight import InFlight, remainder, typed_into
 from .jobs import Job
 from .progress import send_status
 from .stats import RequestRecord
@@ -67,6 +68,7 @@ class _Timing:
 class Completions:
     def __init__(self, ls: Glm5Server) -> None:
         self._ls = ls
+        self._flights: dict[tuple[str, str], InFlight] = {}
 
     async def complete(
         self, uri: str, position: Position, request_id: int | str, channel: str = "inline", automatic: bool = True
@@ -81,7 +83,7 @@ class Completions:
         record: dict[str, object] = {}
         try:
             async with ls.jobs.run(uri, snapshot.version, channel) as job:
-                answer, outcome = await self._answer(job, snapshot, position, request_id, automatic, timing, record)
+                answer, outcome = await self._answer(job, snapshot, position, request_id, automatic, timing, record, channel)
                 return answer
         except Superseded:
             outcome = "superseded"
@@ -111,9 +113,11 @@ class Completions:
         automatic: bool,
         timing: _Timing,
         record: dict[str, object],
+        channel: str,
     ) -> tuple[Answer, str]:
-        """The answer and its outcome. A cache hit answers at once; otherwise an automatic
-        request is debounced first, and an explicit one completes even where EMPTY."""
+        """The answer and its outcome. A cache hit answers at once; typing through a running
+        generation follows it; otherwise an automatic request is debounced first, and an
+        explicit one completes even where EMPTY."""
         ls = self._ls
         offset = snapshot.offset_at(position)
         before = snapshot.text[max(0, offset - CACHE_WINDOW) : offset]
@@ -122,6 +126,15 @@ class Completions:
         if cached is not None:
             timing.saw_text()
             return Answer(cached, job.trace_id, position, snapshot.version), "cache_hit"
+        key = (snapshot.uri, channel)
+        flight = self._flights.get(key)
+        typed = typed_into(flight, snapshot.text, offset) if flight is not None and not flight.done.done() else None
+        if flight is not None and typed is not None:
+            text = await self._follow(flight, typed, job, request_id, timing)
+            record.update(prompt_tokens=len(flight.prepared.prompt.ids), cached_tokens=len(flight.prepared.prompt.ids), prefilled_tokens=0)
+            self._check_version(snapshot)
+            return Answer(text, job.trace_id, position, snapshot.version), "continued" if text else "empty"
+        self._drop(key)
         if automatic and ls.settings.debounce_ms:
             await asyncio.sleep(ls.settings.debounce_ms / 1000)
         try:
@@ -138,41 +151,97 @@ class Completions:
         if prepared.prompt is None:
             return Answer("", job.trace_id, position, snapshot.version), "empty"
         log.debug("%s: %s at %s, %d prompt tokens", job.trace_id, prepared.kind.value, position, len(prepared.prompt.ids))
-        on_text = self._streamer(job, prepared, request_id, timing)
-        result = await ls.engine.generate(
-            GenerationRequest(job.trace_id, tuple(prepared.prompt.ids), prepared.sampling), on_text
-        )
+        flight = self._launch(key, snapshot, offset, prepared, job.trace_id, before, after)
+        text = await self._follow(flight, "", job, request_id, timing)
+        result = flight.done.result()
         record.update(
             prompt_tokens=result.prompt_tokens, cached_tokens=result.cached_tokens,
             prefilled_tokens=result.prefilled_tokens, decode_steps=result.decode_steps,
             generated_tokens=len(result.token_ids),
         )
-        current = ls.document_version(snapshot.uri)
-        if current != snapshot.version:
-            raise StaleRequest(snapshot.uri, snapshot.version, current)
-        text = pipeline.finish(prepared, result.text)
-        ls.cache.put(snapshot.uri, before, after, text)
-        if text:
-            timing.saw_text()
+        self._check_version(snapshot)
         return Answer(text, job.trace_id, position, snapshot.version), "answered" if text else "empty"
 
-    def _streamer(
-        self, job: Job, prepared: pipeline.Prepared, request_id: int | str, timing: _Timing
-    ) -> Callable[[str], None]:
+    def _check_version(self, snapshot: DocumentSnapshot) -> None:
+        current = self._ls.document_version(snapshot.uri)
+        if current != snapshot.version:
+            raise StaleRequest(snapshot.uri, snapshot.version, current)
+
+    # ---- generations in flight ------------------------------------------------------------
+    def _launch(self, key, snapshot, offset, prepared, request_id: str, before: str, after: str) -> InFlight:
+        """Start a generation owned by the server (it may outlive this request)."""
+        ls = self._ls
+        flight = InFlight(key[0], key[1], snapshot.version, snapshot.text, offset, prepared, request_id,
+                          asyncio.get_running_loop().create_future())
+        self._flights[key] = flight
+
+        def on_raw(raw: str) -> None:
+            text = pipeline.finish(prepared, raw)
+            if text != flight.streamed:
+                flight.publish(text)
+            if pipeline.block_finished(raw, text):
+                ls.engine.abort(request_id)
+
+        async def run() -> None:
+            try:
+                result = await ls.engine.generate(GenerationRequest(request_id, tuple(prepared.prompt.ids), prepared.sampling), on_raw)
+            except BaseException as exc:
+                flight.done.set_exception(exc)
+                raise
+            finally:
+                if self._flights.get(key) is flight:
+                    del self._flights[key]
+            text = pipeline.finish(prepared, result.text)
+            flight.publish(text)
+            if result.finish_reason is not FinishReason.ABORT or text:
+                ls.cache.put(key[0], before, after, text)
+            flight.done.set_result(result)
+
+        ls.background(run())
+        return flight
+
+    async def _follow(self, flight: InFlight, typed: str, job: Job, request_id: int | str, timing: _Timing) -> str:
+        """Await `flight`, streaming its text minus `typed` to this request; returns the rest."""
         ls = self._ls
         last = ""
 
-        def on_text(raw: str) -> None:
+        def on_text(text: str) -> None:
             nonlocal last
-            if job.reason is not None:
+            rest = remainder(text, typed)
+            if job.reason is not None or not rest:
                 return
-            text = pipeline.finish(prepared, raw)
-            if text:
-                timing.saw_text()
-            if ls.settings.streaming and text and text != last:
-                last = text
-                ls.protocol.notify(PROGRESS, {"requestId": request_id, "text": text})
-            if pipeline.block_finished(raw, text):
-                ls.engine.abort(job.trace_id)
+            timing.saw_text()
+            if ls.settings.streaming and rest != last:
+                last = rest
+                ls.protocol.notify(PROGRESS, {"requestId": request_id, "text": rest})
 
-        return on_text
+        flight.listeners.append(on_text)
+        if flight.streamed:
+            on_text(flight.streamed)
+        try:
+            await asyncio.shield(flight.done)
+        except asyncio.CancelledError:
+            if job.reason is None and not flight.done.done() and ls.document_version(flight.uri) == flight.version:
+                self._drop((flight.uri, flight.channel))  # the client gave up and nothing was typed
+            raise
+        finally:
+            flight.listeners.remove(on_text)
+        return remainder(flight.streamed, typed)
+
+    def _drop(self, key: tuple[str, str]) -> None:
+        flight = self._flights.pop(key, None)
+        if flight is not None and not flight.done.done():
+            self._ls.engine.abort(flight.request_id)
+
+    def document_changed(self, uri: str) -> None:
+        """After an edit: keep the document's flights that the edit typed into, abort the rest."""
+        document = self._ls.documents.get(uri)
+        for key, flight in list(self._flights.items()):
+            if key[0] != uri or flight.done.done():
+                continue
+            if document is None:
+                self._drop(key)
+                continue
+            text = document.text
+            if typed_into(flight, text, flight.offset + len(text) - len(flight.text)) is None:
+                self._drop(key)

@@ -213,6 +213,27 @@ class EngineClient:
     def stats(self) -> EngineStats | None:
         return self._handle.engine.stats() if self._handle is not None else None
 
+    def cache_stats(self) -> dict[str, int]:
+        return self._handle.engine.cache_stats() if self._handle is not None else {}
+
+    async def open_workspace(self, roots: list[str]) -> str | None:
+        """Bind the engine's persistent KV store to these roots (off the loop); None without a model."""
+        if self._handle is None:
+            return None
+        return await asyncio.to_thread(self._handle.engine.open_workspace, roots)
+
+    async def prefill(self, prompt_ids: list[int]) -> GenerationResult | None:
+        """Fill the KV cache with a stable prompt prefix, without generating (off the loop)."""
+        if self._handle is None or not prompt_ids:
+            return None
+        return await asyncio.to_thread(self._handle.engine.prefill, prompt_ids)
+
+    async def clear_cache(self, workspace: bool = True) -> int:
+        """Forget the engine's cached prefixes and persisted blocks; returns bytes freed."""
+        if self._handle is None:
+            return 0
+        return await asyncio.to_thread(self._handle.engine.clear_cache, workspace)
+
     def shutdown(self) -> None:
         self._closed = True
         if self._handle is not None:

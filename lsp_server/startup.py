@@ -1,10 +1,12 @@
 """Background start-up after `initialized`: index the workspace, load the model, warm it up.
 
 Role: runs as one task so the server answers requests meanwhile. Indexing and model loading
-run in parallel on worker threads; then `engine.warmup` runs forwards over representative
-workspace text (the most-imported definitions and the open files), and one completion goes
-through the whole pipeline (prompt builder, engine, post-processing) so the first real
-completion finds every code path and the prompt's stable prefix already warm.
+run in parallel on worker threads; the engine's persistent KV store is bound to the workspace
+(blocks cached by an earlier session are reused); then `engine.warmup` runs forwards over
+representative workspace text (the most-imported definitions and the open files), the stable
+start of each open file's prompt is prefilled, and one completion goes through the whole
+pipeline (prompt builder, engine, post-processing) so the first real completion finds every
+code path and the prompt's stable prefix already warm.
 Each phase is shown with work-done progress; `glm5/status` says warming -> ready (or error).
 
 Invariants: a failing phase is reported (status "error" with the reason, and a message to the
@@ -37,6 +39,7 @@ log = logging.getLogger(__name__)
 
 WARMUP_DEFINITIONS = 8
 WARMUP_CHARS = 4000
+PREFILL_FILES = 4
 
 
 def locate_model(ls: Glm5Server) -> str | None:
@@ -52,6 +55,7 @@ async def start_up(ls: Glm5Server) -> None:
     handle = await model
     if handle is None:
         return
+    await open_kv_store(ls)
     if ls.settings.warmup:
         await warm_up(ls)
     send_status(ls, "ready", f"model {handle.path}")
@@ -96,6 +100,15 @@ async def build_index(ls: Glm5Server, roots: list[Path]) -> None:
     ls.analysis.refresh_all()  # re-apply unsaved open documents over what was read from disk
 
 
+async def open_kv_store(ls: Glm5Server) -> None:
+    """Bind the engine's persistent KV store to the current roots (reused across restarts)."""
+    try:
+        directory = await ls.engine.open_workspace([str(r) for r in ls.roots])
+        log.info("KV cache store: %s", directory)
+    except Exception as exc:  # the disk tier is an optimisation: carry on without it
+        log.warning("no persistent KV cache: %s", exc)
+
+
 async def load_model(ls: Glm5Server) -> ModelHandle | None:
     try:
         async with WorkDone(ls, "glm5: loading model"):
@@ -115,6 +128,8 @@ async def warm_up(ls: Glm5Server) -> None:
 
             report = await ls.engine.warmup(texts, progress)
             log.info("warm-up: %s", report)
+            work.report(0.92, "stable context")
+            await _prefill_stable_context(ls)
             work.report(0.95, "first completion")
             await _first_completion(ls)
     except Exception as exc:  # warm-up is an optimisation: log and carry on
@@ -129,6 +144,21 @@ def warmup_texts(ls: Glm5Server) -> list[str]:
         texts += [d.text_snippet[:WARMUP_CHARS] for d in ls.index.most_imported(WARMUP_DEFINITIONS) if d.text_snippet]
     texts += [s.text[:WARMUP_CHARS] for s in ls.open_snapshots() if s.text.strip()]
     return [clean(t) for t in texts] or ["def main():\n    return 0\n"]
+
+
+async def _prefill_stable_context(ls: Glm5Server) -> None:
+    """Prefill, for each open file, the stable start of its completion prompt (`[gMASK]<sop>` +
+    the cross-file header, up to `<|code_suffix|>`): the part every keystroke's prompt shares."""
+    handle = ls.engine.handle
+    if handle is None:
+        return
+    suffix_token = handle.tokenizer.special.code_suffix
+    for snapshot in ls.open_snapshots()[:PREFILL_FILES]:
+        position = ls.cursors.get(snapshot.uri) or snapshot.position_at(len(snapshot.text))
+        prompt = ls.prepare(snapshot, position, handle, force=True).prompt
+        if prompt is not None and suffix_token in prompt.ids:
+            result = await ls.engine.prefill(list(prompt.ids[: prompt.ids.index(suffix_token) + 1]))
+            log.info("prefilled the stable context of %s: %s", snapshot.uri, result)
 
 
 async def _first_completion(ls: Glm5Server) -> None:

@@ -8,7 +8,8 @@ glm5.didAcceptCompletion.
 - `glm5.stats [{recent: N}]` -> completion outcomes, latency percentiles, prefill accounting,
   telemetry counts, cache counters, model state, the engine's `EngineStats` and the index
   (roots, files, files left out and why); with `recent`, the last N request records too.
-- `glm5.clearCache` -> forgets the type-through cache.
+- `glm5.clearCache [{allWorkspaces}]` -> forgets the type-through cache and the engine's KV cache
+  (cached prefixes in memory and the blocks persisted for this workspace, or for every workspace).
 - `glm5.applyFix <code action data>` -> computes a code action's edit and applies it through
   `workspace/applyEdit` (for clients that do not resolve code actions).
 """
@@ -58,14 +59,17 @@ def register(ls: Glm5Server) -> None:
             "cache": {"entries": len(ls.cache), "hits": ls.cache.hits, "misses": ls.cache.misses},
             "model": {"state": ls.engine.state.value, "path": ls.model_path, "error": ls.engine.error},
             "engine": asdict(engine) if engine is not None else None,
+            "kvCache": ls.engine.cache_stats(),
             "index": _index_summary(ls),
         }
 
     @ls.command("glm5.clearCache")
-    def clear_cache(ls: Glm5Server, *args: Any) -> dict[str, int]:
+    async def clear_cache(ls: Glm5Server, *args: Any) -> dict[str, int]:
+        every = bool(args and isinstance(args[0], Mapping) and args[0].get("allWorkspaces"))
         cleared = len(ls.cache)
         ls.cache.clear()
-        return {"cleared": cleared}
+        freed = await ls.engine.clear_cache(workspace=not every)
+        return {"cleared": cleared, "kvBytesFreed": freed}
 
     @ls.command(APPLY_FIX)
     async def apply_fix(ls: Glm5Server, *args: Any) -> dict[str, Any]:

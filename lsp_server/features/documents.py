@@ -51,6 +51,7 @@ def register(ls: Glm5Server) -> None:
             edit = document.apply_change(change_range, change.text, version)
             ls.recent_edits.record(document.path or uri, edit)
         ls.jobs.document_changed(uri, version)
+        ls.completions.document_changed(uri)
         ls.analysis.schedule(uri)
 
     @ls.feature(types.TEXT_DOCUMENT_DID_CLOSE)
@@ -60,6 +61,7 @@ def register(ls: Glm5Server) -> None:
             log.warning("didClose for %s, which is not open: ignored", uri)
             return
         ls.jobs.document_changed(uri, None)
+        ls.completions.document_changed(uri)
         ls.cache.clear(uri)
         ls.cursors.forget(uri)
         ls.analysis.closed(uri)

@@ -17,7 +17,7 @@ from lsprotocol import types
 
 from ..completion_cache import CompletionCache
 from ..settings import parse_settings, section
-from ..startup import build_index
+from ..startup import build_index, open_kv_store
 
 if TYPE_CHECKING:
     from ..server import Glm5Server
@@ -56,3 +56,4 @@ def register(ls: Glm5Server) -> None:
 async def _reindex(ls: Glm5Server, roots: list[Path]) -> None:
     with ls.busy("re-indexing the workspace"):
         await build_index(ls, roots)
+        await open_kv_store(ls)  # the KV store follows the workspace: a new set of roots, a new store

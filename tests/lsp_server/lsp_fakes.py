@@ -66,6 +66,9 @@ class FakeEngine:
         self._stats = dict.fromkeys(EngineStats.__dataclass_fields__, 0)
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self.prefilled: list[list[int]] = []  # prompts given to `prefill`
+        self.workspaces: list[list[str]] = []  # roots given to `open_workspace`
+        self.cleared: list[bool] = []  # `clear_cache(workspace)` calls
         self._thread = threading.Thread(target=self._loop, name="fake-engine", daemon=True)
         self._thread.start()
 
@@ -89,6 +92,30 @@ class FakeEngine:
                 progress((i + 1) / len(texts), f"warm-up {i + 1}/{len(texts)}")
         tokens = sum(len(self.tokenizer.encode(t)) for t in texts)
         return WarmupReport(forwards=len(texts), tokens=tokens, experts_hit=4, experts_total=4, seconds=0.0)
+
+    def prefill(self, prompt_ids) -> GenerationResult:
+        self.prefilled.append(list(prompt_ids))
+        return GenerationResult(f"prefill-{len(self.prefilled)}", (), "", FinishReason.LENGTH, len(prompt_ids))
+
+    def open_workspace(self, roots) -> str:
+        self.workspaces.append(list(roots))
+        return f"/fake-kv-store/{len(self.workspaces)}"
+
+    def persist(self) -> int:
+        return 0
+
+    def clear_cache(self, workspace: bool = True) -> int:
+        self.cleared.append(workspace)
+        return 1024
+
+    def cache_stats(self) -> dict[str, int]:
+        suffix = self.tokenizer.special.code_suffix
+        return {
+            "workspaces_opened": len(self.workspaces),
+            "prefills": len(self.prefilled),
+            "prefills_ending_at_code_suffix": sum(p[-1:] == [suffix] for p in self.prefilled),
+            "clears": len(self.cleared),
+        }
 
     def shutdown(self) -> None:
         self._stop.set()

@@ -104,8 +104,8 @@ def test_prefix_cache_reuse_is_bit_identical(tiny):
     engine.run_until_idle()
     engine.add(GenerationRequest("b", tuple(base + [77, 78]), SamplingParams(max_tokens=12)), None, second.append)
     engine.run_until_idle()
-    assert second[0].cached_tokens == 48  # three full 16-token blocks reused
-    assert second[0].prefilled_tokens == 4
+    assert second[0].cached_tokens == 50  # three full 16-token blocks + the matching rows of the fourth
+    assert second[0].prefilled_tokens == 2
     cold = tiny.generate_batch([base + [77, 78]], SamplingParams(max_tokens=12))[0]
     assert second[0].token_ids == cold.token_ids
 
