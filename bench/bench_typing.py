@@ -24,12 +24,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from lsprotocol import types
@@ -88,13 +90,19 @@ def record_session(path: Path, chars: int, interval_s: float, pause_s: float) ->
     return Recording(str(path), language, text[:start] + text[end:], (first, 0), keystrokes)
 
 
-async def start_server(model: str, root: Path, warmup: bool, max_tokens: int, log: Path) -> tuple[LanguageClient, list]:
+async def start_server(
+    model: str, root: Path, warmup: bool, max_tokens: int, log: Path, on_initialized: Callable[[LanguageClient], None] | None = None,
+    env: dict[str, str] | None = None,
+) -> tuple[LanguageClient, list]:
+    """Start and initialize a server; `on_initialized` runs right after `initialized`, before the
+    model is ready, as an editor opens its visible buffers while the server warms up."""
     client = LanguageClient("bench-typing", "1")
     notes: list[tuple[float, str, Any]] = []
     for method in ("glm5/inlineCompletionProgress", "glm5/status", types.PROGRESS, types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS):
         client.feature(method)(lambda params, m=method: notes.append((time.perf_counter(), m, params)))
     client.feature(types.WINDOW_WORK_DONE_PROGRESS_CREATE)(lambda params: None)
-    await client.start_io(sys.executable, "-m", "lsp_server", "--stdio", "--model", model, "--log-file", str(log), cwd=str(REPO))
+    await client.start_io(sys.executable, "-m", "lsp_server", "--stdio", "--model", model, "--log-file", str(log), cwd=str(REPO),
+                          env={**os.environ, **(env or {})})
     options = {"streaming": True, "debounceMs": 0, "warmup": warmup, "maxTokens": max_tokens, "singleLineMaxTokens": max_tokens}
     await client.initialize_async(types.InitializeParams(
         capabilities=types.ClientCapabilities(window=types.WindowClientCapabilities(work_done_progress=True)),
@@ -102,6 +110,8 @@ async def start_server(model: str, root: Path, warmup: bool, max_tokens: int, lo
         initialization_options=options,
     ))
     client.initialized(types.InitializedParams())
+    if on_initialized is not None:
+        on_initialized(client)
     while not any(m == "glm5/status" and p.state in ("ready", "error") for _, m, p in notes):
         await asyncio.sleep(0.05)
     state = [p for _, m, p in notes if m == "glm5/status"][-1]
@@ -184,13 +194,25 @@ def _finish(request: Request, future) -> None:
         request.outcome = {-32800: "cancelled", -32802: "superseded", -32801: "stale"}.get(exc.code, "error")
 
 
-async def first_completion_latency(model: str, rec: Recording, warmup: bool, max_tokens: int, log: Path) -> float:
-    client, _ = await start_server(model, Path(rec.path).parent, warmup, max_tokens, log)
+async def first_completion(model: str, rec: Recording, warmup: bool, max_tokens: int, log: Path) -> tuple[float, dict]:
+    """The editor opens the file and reports its cursor while the server starts, then asks at once.
+    Each server gets an empty KV cache directory, so nothing persisted by an earlier run helps.
+    Returns the latency and the request's `glm5.stats` record (prompt, cached, prefilled tokens)."""
+    uri = Path(rec.path).resolve().as_uri()
+
+    def open_with_cursor(client: LanguageClient) -> None:
+        _open(client, rec, rec.initial_text)
+        client.protocol.notify("glm5/didChangeCursor", {"textDocument": {"uri": uri}, "position": {"line": rec.start[0], "character": rec.start[1]}})
+
+    cache = tempfile.mkdtemp(prefix="bench-typing-kv-")
+    client, _ = await start_server(model, Path(rec.path).parent, warmup, max_tokens, log, open_with_cursor, {"GLM5_LSP_CACHE_DIR": cache})
     try:
-        uri = _open(client, rec, rec.initial_text)
         start = time.perf_counter()
         await asyncio.wrap_future(_inline(client, uri, *rec.start, msg_id="first", automatic=False))
-        return time.perf_counter() - start
+        latency = time.perf_counter() - start
+        stats = await client.workspace_execute_command_async(
+            types.ExecuteCommandParams(command="glm5.stats", arguments=[{"recent": 8}]))
+        return latency, next((r for r in stats["recent"] if r["request_id"] == "first"), {})
     finally:
         await stop_server(client)
 
@@ -242,9 +264,11 @@ async def main_async(args: argparse.Namespace) -> None:
     print(f"model {model}; server log {logs / 'server.log'}")
     report(run, rec)
     if args.compare_warmup:
-        warm = await first_completion_latency(model, rec, True, args.max_tokens, logs / "warm.log")
-        cold = await first_completion_latency(model, rec, False, args.max_tokens, logs / "cold.log")
-        print(f"\nfirst completion after start-up: {warm * 1000:.1f} ms with warm-up, {cold * 1000:.1f} ms without")
+        print(f"\n{'first completion after start-up':<34}{'ms':>8}{'prompt':>8}{'cached':>8}{'prefilled':>10}")
+        for label, warm in (("with warm-up", True), ("without warm-up", False)):
+            latency, record = await first_completion(model, rec, warm, args.max_tokens, logs / f"{label.split()[0]}.log")
+            print(f"{label:<34}{latency * 1000:>8.1f}" + "".join(f"{record.get(k, '-')!s:>{w}}" for k, w in
+                  (("prompt_tokens", 8), ("cached_tokens", 8), ("prefilled_tokens", 10))))
 
 
 def _embedded_or_tiny() -> str:

@@ -57,7 +57,10 @@ def register(ls: Glm5Server) -> None:
         return {
             **ls.stats.summary(recent),
             "cache": {"entries": len(ls.cache), "hits": ls.cache.hits, "misses": ls.cache.misses},
-            "model": {"state": ls.engine.state.value, "path": ls.model_path, "error": ls.engine.error},
+            "model": {
+                "state": ls.engine.state.value, "error": ls.engine.error,
+                "path": ls.engine.handle.path if ls.engine.handle is not None else ls.model_path,
+            },
             "engine": asdict(engine) if engine is not None else None,
             "kvCache": ls.engine.cache_stats(),
             "index": _index_summary(ls),
