@@ -117,7 +117,7 @@ def evaluation_section(results: list[dict]) -> str:
         he, ho = r.get("humaneval", {}), r.get("heldout", {})
         loss = ho.get("loss", {})
         rows.append([
-            Path(r["completer"]).name if "/" in r["completer"] else r["completer"],
+            f"model ({Path(r['completer']).name})" if _is_model(r) else f"baseline: {r['completer']}",
             f"{he['pass_at_1']:.1%}" if he else "-", f"{he['exact_match']:.1%}" if he else "-",
             f"{ho['exact_match']:.1%}" if ho else "-",
             f"{loss['nats_per_token']:.3f} / {loss['bits_per_byte']:.3f}" if loss else "-",
@@ -130,7 +130,34 @@ def evaluation_section(results: list[dict]) -> str:
         "solution), greedy, first line kept, pass@1 by running the problem's tests. Held-out: "
         f"{held} random single-line holes in held-out corpus files; loss over left-to-right windows.",
         _table(["completer", "HumanEval pass@1", "HumanEval exact", "held-out exact", "held-out nats/token / bits/byte"], rows),
+        *comparison(results),
     ])
+
+
+def _is_model(result: dict) -> bool:
+    return "/" in result["completer"] or Path(result["completer"]).is_dir()
+
+
+METRICS = (("humaneval", "pass_at_1", "HumanEval pass@1"), ("humaneval", "exact_match", "HumanEval exact match"),
+           ("heldout", "exact_match", "held-out exact match"))
+
+
+def comparison(results: list[dict]) -> list[str]:
+    """One plain sentence per metric: the model against the best baseline, whichever wins."""
+    models = [r for r in results if _is_model(r)]
+    baselines = [r for r in results if not _is_model(r)]
+    if len(models) != 1 or not baselines:
+        return []
+    lines = []
+    for task, key, label in METRICS:
+        scored = [(r[task][key], r["completer"]) for r in baselines if task in r]
+        if task not in models[0] or not scored:
+            continue
+        best, name = max(scored)
+        mine = models[0][task][key]
+        verdict = "above" if mine > best else "below" if mine < best else "equal to"
+        lines.append(f"- {label}: the model scores {mine:.1%}, {verdict} the best baseline ({name}, {best:.1%}).")
+    return ["\n".join(lines)] if lines else []
 
 
 def render(manifest: dict, tokens: dict[str, int] | None, summary: dict, shards: dict, results: list[dict], config: dict) -> str:

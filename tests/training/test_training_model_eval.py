@@ -47,16 +47,23 @@ def test_evaluate_cli_with_a_model_reports_holes_and_loss(straight_run, manifest
 def test_model_card_records_licences_training_and_scores(straight_run, manifest_path, shards, tmp_path):
     baseline = {"completer": "similar-line", "humaneval": {"holes": 1033, "pass_at_1": 0.25, "exact_match": 0.125},
                 "heldout": {"holes": 8, "exact_match": 0.5}}
+    model = {"completer": "runs/demo/export", "humaneval": {"holes": 1033, "pass_at_1": 0.125, "exact_match": 0.125},
+             "heldout": {"holes": 8, "exact_match": 0.625, "loss": {"nats_per_token": 2.5, "bits_per_byte": 1.25}}}
     (tmp_path / "baseline.json").write_text(json.dumps(baseline))
+    (tmp_path / "model.json").write_text(json.dumps(model))
     out = tmp_path / "MODEL_CARD.md"
     assert model_card.main([
         "--run-dir", str(straight_run), "--manifest", str(manifest_path), "--shards", str(shards / "train"),
-        "--eval", str(tmp_path / "baseline.json"), "--out", str(out),
+        "--eval", str(tmp_path / "model.json"), str(tmp_path / "baseline.json"), "--out", str(out),
     ]) == 0
     card = out.read_text()
     summary = json.loads((straight_run / "training.json").read_text())
     assert "| MIT | 1 | 7 |" in card  # the test corpus: one MIT source with 7 files
     assert "| demo | 1.0 | MIT | 7 |" in card
     assert f"| optimizer steps | {summary['steps']} |" in card
-    assert "| similar-line | 25.0% | 12.5% | 50.0% | - |" in card
+    assert "| baseline: similar-line | 25.0% | 12.5% | 50.0% | - |" in card
+    assert "| model (export) | 12.5% | 12.5% | 62.5% | 2.500 / 1.250 |" in card
+    assert "HumanEval pass@1: the model scores 12.5%, below the best baseline (similar-line, 25.0%)" in card
+    assert "HumanEval exact match: the model scores 12.5%, equal to the best baseline" in card
+    assert "held-out exact match: the model scores 62.5%, above the best baseline" in card
     assert "glm_moe_dsa" in card and "index_topk" in card
