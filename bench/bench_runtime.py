@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from model_runtime import load_model
-from model_runtime.config import EngineConfig, ModelConfig
+from model_runtime.config import ModelConfig
 
 SIZES = {
     "tiny": ModelConfig.tiny(vocab_size=4096, index_n_heads=16, num_nextn_predict_layers=0),
@@ -60,9 +60,8 @@ def bench_pair(hf, ours, ids: torch.Tensor, new: int, repeats: int) -> dict[str,
             return hf.generate(ids[None], max_new_tokens=new, min_new_tokens=new, do_sample=False,
                                logits_processor=LogitsProcessorList([Stamp(hook)]))[0, len(ids):].tolist()
 
-    def our_run(hook, mtp=False):
-        return ours.generate(ids, max_new_tokens=new, stop_token_ids=(), callback=lambda e: hook(),
-                             engine_config=EngineConfig(use_mtp=mtp))
+    def our_run(hook):  # the library call as users make it: the engine's cache is sized to the request
+        return ours.generate(ids, max_new_tokens=new, stop_token_ids=(), callback=lambda e: hook())
 
     out = {}
     for name, run in (("transformers", hf_run), ("model_runtime", our_run)):
