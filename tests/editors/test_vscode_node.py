@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from editor_support import EDITOR_CLIENT
+from editor_support import EDITOR_CLIENT, missing
 
 pytestmark = pytest.mark.editor
 
@@ -23,9 +23,9 @@ VSCODE = EDITOR_CLIENT / "vscode"
 def test_node_suite(tiny_model, editor_env):
     node = shutil.which("node")
     if node is None:
-        pytest.skip("node is not installed")
+        missing("node is not installed")
     if not (VSCODE / "node_modules" / "typescript").is_dir():
-        pytest.skip("editor-client/vscode/node_modules is not installed (run editor-client/install-test-deps.sh)")
+        missing("editor-client/vscode/node_modules is not installed (run editor-client/install-test-deps.sh)")
     build = subprocess.run(
         [node, str(VSCODE / "node_modules/typescript/bin/tsc"), "-p", str(VSCODE)],
         capture_output=True, text=True, timeout=120,
