@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from .errors import ExpectedOutcomeFilter
+from .settings import DTYPES
 
 EPILOG = """\
 The model is the checkpoint directory given by --model, else initializationOptions.model,
@@ -41,6 +42,10 @@ def _add_common(parser: argparse.ArgumentParser, inherit: bool = False) -> None:
 
     parser.add_argument("--model", metavar="DIR", default=default(None), help="checkpoint directory (config.json, safetensors, tokenizer.json)")
     parser.add_argument("--device", default=default(None), help="torch device for the runtime (default: cpu)")
+    parser.add_argument(
+        "--dtype", default=default(None), choices=DTYPES,
+        help="weights' dtype in the runtime (default: auto = float32 on the CPU, bfloat16 on an accelerator)",
+    )
     parser.add_argument("--log-file", metavar="PATH", default=default(None), help="write the log here (default: stderr)")
     parser.add_argument(
         "--log-level", default=default("WARNING"), choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="default: WARNING"
@@ -93,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_complete(args)
     from .server import build_server
 
-    server = build_server(model=args.model, device=args.device)
+    server = build_server(model=args.model, device=args.device, dtype=args.dtype)
     if args.tcp:
         server.start_tcp(*args.tcp)
     else:

@@ -54,14 +54,30 @@ class ModelHandle:
         return ModelHandle(self.engine, SafeTokenizer(self.tokenizer), self.path, self.context_length)
 
 
-ModelLoader = Callable[[str, str], ModelHandle]  # (checkpoint dir, device) -> handle
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where and in which dtype the runtime holds the weights. `auto`: float32 on the CPU (exact,
+    and the fast path for small models there), bfloat16 on an accelerator."""
+
+    device: str = "cpu"
+    dtype: str = "auto"
+
+    def resolved_dtype(self) -> str:
+        if self.dtype != "auto":
+            return self.dtype
+        return "float32" if self.device.split(":")[0] == "cpu" else "bfloat16"
 
 
-def load_runtime(path: str, device: str) -> ModelHandle:
+ModelLoader = Callable[[str, Placement], ModelHandle]  # (checkpoint dir, placement) -> handle
+
+
+def load_runtime(path: str, placement: Placement) -> ModelHandle:
     """Load a checkpoint into the in-process runtime (imports torch; call off the event loop)."""
+    import torch
+
     from model_runtime import load_model
 
-    loaded = load_model(path, device=device)
+    loaded = load_model(path, device=placement.device, dtype=getattr(torch, placement.resolved_dtype()))
     if loaded.tokenizer is None:
         raise ValueError(f"{path}: the checkpoint has no usable tokenizer.json")
     return ModelHandle(loaded.engine(), loaded.tokenizer, path, loaded.config.max_position_embeddings)
@@ -101,23 +117,23 @@ class EngineClient:
     def handle(self) -> ModelHandle | None:
         return self._handle
 
-    def start_loading(self, locate: Callable[[], str | None], device: str = "cpu") -> asyncio.Future[ModelHandle]:
+    def start_loading(self, locate: Callable[[], str | None], placement: Placement = Placement()) -> asyncio.Future[ModelHandle]:
         """Begin loading (once) the model whose path `locate()` returns on the worker thread.
 
         From this call on, `ready()` waits for the load instead of failing.
         """
         if self._loading is None:
-            self._loading = asyncio.ensure_future(self._load(locate, device))
+            self._loading = asyncio.ensure_future(self._load(locate, placement))
         return self._loading
 
-    async def load(self, path: str, device: str = "cpu") -> ModelHandle:
+    async def load(self, path: str, placement: Placement = Placement()) -> ModelHandle:
         """Load the model at `path` once; later calls return the same handle."""
-        return await asyncio.shield(self.start_loading(lambda: path, device))
+        return await asyncio.shield(self.start_loading(lambda: path, placement))
 
-    async def _load(self, locate: Callable[[], str | None], device: str) -> ModelHandle:
+    async def _load(self, locate: Callable[[], str | None], placement: Placement) -> ModelHandle:
         self.state = ModelState.LOADING
         try:
-            handle = await asyncio.to_thread(self._locate_and_load, locate, device)
+            handle = await asyncio.to_thread(self._locate_and_load, locate, placement)
         except ModelUnavailable as exc:
             self.state, self.error = ModelState.FAILED, exc.message
             log.error("%s", exc.message)
@@ -129,12 +145,12 @@ class EngineClient:
         log.info("model ready: %s", handle.path)
         return handle
 
-    def _locate_and_load(self, locate: Callable[[], str | None], device: str) -> ModelHandle:
+    def _locate_and_load(self, locate: Callable[[], str | None], placement: Placement) -> ModelHandle:
         path = locate()
         if path is None:
             raise ModelUnavailable("no model: start the server with --model DIR or set initializationOptions.model")
         try:
-            return self._loader(path, device).safe()
+            return self._loader(path, placement).safe()
         except Exception as exc:
             log.exception("model load failed: %s", path)
             raise ModelUnavailable(f"cannot load model from {path}: {exc}") from exc

@@ -34,7 +34,7 @@ from . import __version__, pipeline
 from .analysis import Analysis
 from .completion_cache import CompletionCache
 from .completions import Completions
-from .engine_client import EngineClient, ModelHandle, ModelLoader, load_runtime
+from .engine_client import EngineClient, ModelHandle, ModelLoader, Placement, load_runtime
 from .errors import DocumentNotOpen, Glm5Error, StaleRequest, Superseded
 from .fixer import Fixer
 from .jobs import CompletionJobs
@@ -48,7 +48,9 @@ log = logging.getLogger(__name__)
 
 
 class Glm5Server(LanguageServer):
-    def __init__(self, loader: ModelLoader = load_runtime, model: str | None = None, device: str | None = None) -> None:
+    def __init__(
+        self, loader: ModelLoader = load_runtime, model: str | None = None, device: str | None = None, dtype: str | None = None,
+    ) -> None:
         super().__init__(
             name="glm5-lsp",
             version=__version__,
@@ -57,6 +59,7 @@ class Glm5Server(LanguageServer):
         )
         self.cli_model = model
         self.cli_device = device
+        self.cli_dtype = dtype
         self.settings = ServerSettings()
         self.documents: dict[str, Document] = {}
         self.cursors = CursorTracker()
@@ -83,8 +86,8 @@ class Glm5Server(LanguageServer):
         return self.cli_model or self.settings.model
 
     @property
-    def device(self) -> str:
-        return self.cli_device or self.settings.device
+    def placement(self) -> Placement:
+        return Placement(self.cli_device or self.settings.device, self.cli_dtype or self.settings.dtype)
 
     def snapshot(self, uri: str) -> DocumentSnapshot:
         document = self.documents.get(uri)
@@ -146,9 +149,11 @@ class Glm5Server(LanguageServer):
         self.engine.shutdown()
 
 
-def build_server(model: str | None = None, device: str | None = None, loader: ModelLoader = load_runtime) -> Glm5Server:
+def build_server(
+    model: str | None = None, device: str | None = None, loader: ModelLoader = load_runtime, dtype: str | None = None,
+) -> Glm5Server:
     from .features import register_all
 
-    server = Glm5Server(loader=loader, model=model, device=device)
+    server = Glm5Server(loader=loader, model=model, device=device, dtype=dtype)
     register_all(server)
     return server

@@ -18,6 +18,8 @@ Role: one frozen `ServerSettings` value; every change makes a new one. The keys 
     fixAttempts           tries of "Fix with model" before giving up
     warmup                run warm-up forwards after start-up (bool)
     device                torch device of the runtime ("cpu", "cuda", ...)
+    dtype                 weights' dtype in the runtime: auto (float32 on the CPU, bfloat16 elsewhere),
+                          float32, bfloat16 or float16
 
 Invariants: parsing never raises. A key with a bad value keeps its previous value and yields a
 problem message naming the key, the value and what was expected (the server shows it to the
@@ -32,6 +34,8 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 log = logging.getLogger(__name__)
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +54,7 @@ class ServerSettings:
     fix_attempts: int = 3
     warmup: bool = True
     device: str = "cpu"
+    dtype: str = "auto"
 
 
 def _snake(key: str) -> str:
@@ -78,6 +83,7 @@ _CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "fix_attempts": (lambda v: _is_int(v) and 1 <= v <= 10, "an integer in 1..10"),
     "warmup": (lambda v: isinstance(v, bool), "true or false"),
     "device": (lambda v: isinstance(v, str) and v != "", "a torch device name"),
+    "dtype": (lambda v: v in DTYPES, "one of " + ", ".join(DTYPES)),
 }
 
 _FIELDS = frozenset(f.name for f in fields(ServerSettings))

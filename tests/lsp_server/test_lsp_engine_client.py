@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from lsp_server.engine_client import EngineClient, ModelHandle, ModelState
+from lsp_server.engine_client import EngineClient, ModelHandle, ModelState, Placement
 from lsp_server.errors import GenerationFailed, ModelUnavailable
 from model_runtime.api import FinishReason, GenerationRequest, GenerationResult, SamplingParams
 
@@ -19,8 +19,8 @@ def make_client(script=lambda r: "hello world", step_s=0.0):
     engine = FakeEngine(tok, script, step_s=step_s)
     loads = []
 
-    def loader(path, device):
-        loads.append((path, device))
+    def loader(path, placement):
+        loads.append((path, placement))
         return ModelHandle(engine, tok, path, 4096)
 
     return EngineClient(loader), engine, loads
@@ -65,8 +65,9 @@ async def test_cancelling_the_caller_aborts_the_engine_between_steps():
 async def test_concurrent_loads_share_one_load_and_state_follows():
     client, engine, loads = make_client()
     assert client.state is ModelState.UNLOADED
-    a, b = await asyncio.gather(client.load("ckpt"), client.load("ckpt"))
-    assert a is b and loads == [("ckpt", "cpu")]
+    placement = Placement("cpu", "bfloat16")
+    a, b = await asyncio.gather(client.load("ckpt", placement), client.load("ckpt", placement))
+    assert a is b and loads == [("ckpt", placement)]
     assert client.state is ModelState.READY and client.stats() is not None
     engine.shutdown()
 
@@ -79,7 +80,7 @@ async def test_ready_without_a_model_is_a_clear_error():
 
 
 async def test_a_failing_loader_reports_the_path_and_cause():
-    def loader(path, device):
+    def loader(path, placement):
         raise FileNotFoundError(f"{path}/config.json: missing")
 
     client = EngineClient(loader)
@@ -118,3 +119,27 @@ async def test_warmup_reports_progress_on_the_loop():
     assert report.forwards == 2
     assert progress == [0.5, 1.0]
     engine.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("placement", "dtype"),
+    [(Placement("cpu"), "float32"), (Placement("cuda:1"), "bfloat16"), (Placement("cpu", "bfloat16"), "bfloat16"),
+     (Placement("cuda", "float32"), "float32")],
+)
+def test_auto_dtype_is_exact_on_the_cpu_and_bfloat16_elsewhere(placement, dtype):
+    assert placement.resolved_dtype() == dtype
+
+
+def test_the_runtime_loads_the_weights_in_the_placements_dtype(tmp_path):
+    import torch
+
+    from lsp_server.engine_client import load_runtime
+    from model_runtime.testing import make_tiny_checkpoint
+
+    make_tiny_checkpoint(tmp_path)
+    for name, dtype in (("bfloat16", torch.bfloat16), ("auto", torch.float32)):
+        handle = load_runtime(str(tmp_path), Placement("cpu", name))
+        try:
+            assert handle.engine.loaded.dtype == dtype and handle.engine.loaded.model.embed_tokens.weight.dtype == dtype
+        finally:
+            handle.engine.shutdown()
