@@ -46,6 +46,10 @@ def _add_common(parser: argparse.ArgumentParser, inherit: bool = False) -> None:
         "--dtype", default=default(None), choices=DTYPES,
         help="weights' dtype in the runtime (default: auto = float32 on the CPU, bfloat16 on an accelerator)",
     )
+    parser.add_argument(
+        "--mtp", action="store_true", default=default(False),
+        help="decode greedy requests speculatively with the model's MTP layer (identical output)",
+    )
     parser.add_argument("--log-file", metavar="PATH", default=default(None), help="write the log here (default: stderr)")
     parser.add_argument(
         "--log-level", default=default("WARNING"), choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="default: WARNING"
@@ -98,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_complete(args)
     from .server import build_server
 
-    server = build_server(model=args.model, device=args.device, dtype=args.dtype)
+    server = build_server(model=args.model, device=args.device, dtype=args.dtype, mtp=args.mtp)
     if args.tcp:
         server.start_tcp(*args.tcp)
     else:

@@ -55,12 +55,15 @@ class ModelHandle:
 
 
 @dataclass(frozen=True, slots=True)
-class Placement:
-    """Where and in which dtype the runtime holds the weights. `auto`: float32 on the CPU (exact,
-    and the fast path for small models there), bfloat16 on an accelerator."""
+class RuntimeOptions:
+    """How the runtime runs the model: its device, the weights' dtype (`auto`: float32 on the CPU,
+    exact and the fast path for small models there; bfloat16 on an accelerator), and whether
+    greedy requests decode speculatively with the MTP layer (same output; pays off where
+    verifying two tokens costs about one step, i.e. not on a small CPU)."""
 
     device: str = "cpu"
     dtype: str = "auto"
+    mtp: bool = False
 
     def resolved_dtype(self) -> str:
         if self.dtype != "auto":
@@ -68,19 +71,22 @@ class Placement:
         return "float32" if self.device.split(":")[0] == "cpu" else "bfloat16"
 
 
-ModelLoader = Callable[[str, Placement], ModelHandle]  # (checkpoint dir, placement) -> handle
+ModelLoader = Callable[[str, RuntimeOptions], ModelHandle]  # (checkpoint dir, runtime) -> handle
 
 
-def load_runtime(path: str, placement: Placement) -> ModelHandle:
+def load_runtime(path: str, runtime: RuntimeOptions) -> ModelHandle:
     """Load a checkpoint into the in-process runtime (imports torch; call off the event loop)."""
     import torch
 
     from model_runtime import load_model
 
-    loaded = load_model(path, device=placement.device, dtype=getattr(torch, placement.resolved_dtype()))
+    from model_runtime.config import EngineConfig
+
+    loaded = load_model(path, device=runtime.device, dtype=getattr(torch, runtime.resolved_dtype()))
     if loaded.tokenizer is None:
         raise ValueError(f"{path}: the checkpoint has no usable tokenizer.json")
-    return ModelHandle(loaded.engine(), loaded.tokenizer, path, loaded.config.max_position_embeddings)
+    engine = loaded.engine(EngineConfig(use_mtp=runtime.mtp))
+    return ModelHandle(engine, loaded.tokenizer, path, loaded.config.max_position_embeddings)
 
 
 def embedded_model_path() -> str | None:
@@ -117,23 +123,23 @@ class EngineClient:
     def handle(self) -> ModelHandle | None:
         return self._handle
 
-    def start_loading(self, locate: Callable[[], str | None], placement: Placement = Placement()) -> asyncio.Future[ModelHandle]:
+    def start_loading(self, locate: Callable[[], str | None], runtime: RuntimeOptions = RuntimeOptions()) -> asyncio.Future[ModelHandle]:
         """Begin loading (once) the model whose path `locate()` returns on the worker thread.
 
         From this call on, `ready()` waits for the load instead of failing.
         """
         if self._loading is None:
-            self._loading = asyncio.ensure_future(self._load(locate, placement))
+            self._loading = asyncio.ensure_future(self._load(locate, runtime))
         return self._loading
 
-    async def load(self, path: str, placement: Placement = Placement()) -> ModelHandle:
+    async def load(self, path: str, runtime: RuntimeOptions = RuntimeOptions()) -> ModelHandle:
         """Load the model at `path` once; later calls return the same handle."""
-        return await asyncio.shield(self.start_loading(lambda: path, placement))
+        return await asyncio.shield(self.start_loading(lambda: path, runtime))
 
-    async def _load(self, locate: Callable[[], str | None], placement: Placement) -> ModelHandle:
+    async def _load(self, locate: Callable[[], str | None], runtime: RuntimeOptions) -> ModelHandle:
         self.state = ModelState.LOADING
         try:
-            handle = await asyncio.to_thread(self._locate_and_load, locate, placement)
+            handle = await asyncio.to_thread(self._locate_and_load, locate, runtime)
         except ModelUnavailable as exc:
             self.state, self.error = ModelState.FAILED, exc.message
             log.error("%s", exc.message)
@@ -145,12 +151,12 @@ class EngineClient:
         log.info("model ready: %s", handle.path)
         return handle
 
-    def _locate_and_load(self, locate: Callable[[], str | None], placement: Placement) -> ModelHandle:
+    def _locate_and_load(self, locate: Callable[[], str | None], runtime: RuntimeOptions) -> ModelHandle:
         path = locate()
         if path is None:
             raise ModelUnavailable("no model: start the server with --model DIR or set initializationOptions.model")
         try:
-            return self._loader(path, placement).safe()
+            return self._loader(path, runtime).safe()
         except Exception as exc:
             log.exception("model load failed: %s", path)
             raise ModelUnavailable(f"cannot load model from {path}: {exc}") from exc

@@ -26,7 +26,7 @@ from context.positions import Position, utf16_length
 from model_runtime.api import FinishReason, GenerationRequest, GenerationResult, StreamEvent
 
 from . import pipeline
-from .engine_client import Placement, embedded_model_path, load_runtime
+from .engine_client import RuntimeOptions, embedded_model_path, load_runtime
 from .settings import ServerSettings
 
 
@@ -92,7 +92,7 @@ def run_complete(args: argparse.Namespace) -> int:
     index = WorkspaceIndex([root])
     index.build(None)
     try:
-        handle = load_runtime(model, Placement(args.device or settings.device, args.dtype or settings.dtype)).safe()
+        handle = load_runtime(model, RuntimeOptions(args.device or settings.device, args.dtype or settings.dtype, args.mtp or settings.mtp)).safe()
     except Exception as exc:
         print(f"lsp_server complete: cannot load model from {model}: {exc}", file=sys.stderr)
         return 2

@@ -34,7 +34,7 @@ from . import __version__, pipeline
 from .analysis import Analysis
 from .completion_cache import CompletionCache
 from .completions import Completions
-from .engine_client import EngineClient, ModelHandle, ModelLoader, Placement, load_runtime
+from .engine_client import EngineClient, ModelHandle, ModelLoader, RuntimeOptions, load_runtime
 from .errors import DocumentNotOpen, Glm5Error, StaleRequest, Superseded
 from .fixer import Fixer
 from .jobs import CompletionJobs
@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 class Glm5Server(LanguageServer):
     def __init__(
         self, loader: ModelLoader = load_runtime, model: str | None = None, device: str | None = None, dtype: str | None = None,
+        mtp: bool = False,
     ) -> None:
         super().__init__(
             name="glm5-lsp",
@@ -60,6 +61,7 @@ class Glm5Server(LanguageServer):
         self.cli_model = model
         self.cli_device = device
         self.cli_dtype = dtype
+        self.cli_mtp = mtp
         self.settings = ServerSettings()
         self.documents: dict[str, Document] = {}
         self.cursors = CursorTracker()
@@ -86,8 +88,10 @@ class Glm5Server(LanguageServer):
         return self.cli_model or self.settings.model
 
     @property
-    def placement(self) -> Placement:
-        return Placement(self.cli_device or self.settings.device, self.cli_dtype or self.settings.dtype)
+    def runtime_options(self) -> RuntimeOptions:
+        return RuntimeOptions(
+            self.cli_device or self.settings.device, self.cli_dtype or self.settings.dtype, self.cli_mtp or self.settings.mtp,
+        )
 
     def snapshot(self, uri: str) -> DocumentSnapshot:
         document = self.documents.get(uri)
@@ -151,9 +155,10 @@ class Glm5Server(LanguageServer):
 
 def build_server(
     model: str | None = None, device: str | None = None, loader: ModelLoader = load_runtime, dtype: str | None = None,
+    mtp: bool = False,
 ) -> Glm5Server:
     from .features import register_all
 
-    server = Glm5Server(loader=loader, model=model, device=device, dtype=dtype)
+    server = Glm5Server(loader=loader, model=model, device=device, dtype=dtype, mtp=mtp)
     register_all(server)
     return server

@@ -20,6 +20,7 @@ Role: one frozen `ServerSettings` value; every change makes a new one. The keys 
     device                torch device of the runtime ("cpu", "cuda", ...)
     dtype                 weights' dtype in the runtime: auto (float32 on the CPU, bfloat16 elsewhere),
                           float32, bfloat16 or float16
+    mtp                   speculative decoding of greedy requests with the model's MTP layer
 
 Invariants: parsing never raises. A key with a bad value keeps its previous value and yields a
 problem message naming the key, the value and what was expected (the server shows it to the
@@ -55,6 +56,7 @@ class ServerSettings:
     warmup: bool = True
     device: str = "cpu"
     dtype: str = "auto"
+    mtp: bool = False
 
 
 def _snake(key: str) -> str:
@@ -84,6 +86,7 @@ _CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "warmup": (lambda v: isinstance(v, bool), "true or false"),
     "device": (lambda v: isinstance(v, str) and v != "", "a torch device name"),
     "dtype": (lambda v: v in DTYPES, "one of " + ", ".join(DTYPES)),
+    "mtp": (lambda v: isinstance(v, bool), "true or false"),
 }
 
 _FIELDS = frozenset(f.name for f in fields(ServerSettings))

@@ -40,7 +40,7 @@ def register(ls: Glm5Server) -> None:
 
     @ls.feature(types.INITIALIZED)
     def initialized(ls: Glm5Server, params: types.InitializedParams) -> None:
-        ls.engine.start_loading(lambda: locate_model(ls), ls.placement)
+        ls.engine.start_loading(lambda: locate_model(ls), ls.runtime_options)
         ls.startup_task = asyncio.ensure_future(start_up(ls))
 
     @ls.feature(types.SHUTDOWN)

@@ -22,7 +22,7 @@ import time
 from lsp_fakes import FakeEngine, byte_tokenizer
 
 from lsp_server import startup
-from lsp_server.engine_client import ModelHandle, Placement
+from lsp_server.engine_client import ModelHandle, RuntimeOptions
 from lsp_server.server import build_server
 
 
@@ -40,7 +40,7 @@ def main() -> None:
         prompt = tokenizer.decode(list(request.prompt_ids), skip_special=False)
         return next((reply for needle, reply in rules if needle in prompt), default)
 
-    def loader(path: str, placement: Placement) -> ModelHandle:
+    def loader(path: str, runtime: RuntimeOptions) -> ModelHandle:
         time.sleep(config.get("load_s", 0.0))
         if config.get("fail"):
             raise RuntimeError(config["fail"])

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from lsp_server.engine_client import EngineClient, ModelHandle, ModelState, Placement
+from lsp_server.engine_client import EngineClient, ModelHandle, ModelState, RuntimeOptions
 from lsp_server.errors import GenerationFailed, ModelUnavailable
 from model_runtime.api import FinishReason, GenerationRequest, GenerationResult, SamplingParams
 
@@ -19,8 +19,8 @@ def make_client(script=lambda r: "hello world", step_s=0.0):
     engine = FakeEngine(tok, script, step_s=step_s)
     loads = []
 
-    def loader(path, placement):
-        loads.append((path, placement))
+    def loader(path, runtime):
+        loads.append((path, runtime))
         return ModelHandle(engine, tok, path, 4096)
 
     return EngineClient(loader), engine, loads
@@ -65,9 +65,9 @@ async def test_cancelling_the_caller_aborts_the_engine_between_steps():
 async def test_concurrent_loads_share_one_load_and_state_follows():
     client, engine, loads = make_client()
     assert client.state is ModelState.UNLOADED
-    placement = Placement("cpu", "bfloat16")
-    a, b = await asyncio.gather(client.load("ckpt", placement), client.load("ckpt", placement))
-    assert a is b and loads == [("ckpt", placement)]
+    runtime = RuntimeOptions("cpu", "bfloat16")
+    a, b = await asyncio.gather(client.load("ckpt", runtime), client.load("ckpt", runtime))
+    assert a is b and loads == [("ckpt", runtime)]
     assert client.state is ModelState.READY and client.stats() is not None
     engine.shutdown()
 
@@ -80,7 +80,7 @@ async def test_ready_without_a_model_is_a_clear_error():
 
 
 async def test_a_failing_loader_reports_the_path_and_cause():
-    def loader(path, placement):
+    def loader(path, runtime):
         raise FileNotFoundError(f"{path}/config.json: missing")
 
     client = EngineClient(loader)
@@ -122,15 +122,15 @@ async def test_warmup_reports_progress_on_the_loop():
 
 
 @pytest.mark.parametrize(
-    ("placement", "dtype"),
-    [(Placement("cpu"), "float32"), (Placement("cuda:1"), "bfloat16"), (Placement("cpu", "bfloat16"), "bfloat16"),
-     (Placement("cuda", "float32"), "float32")],
+    ("runtime", "dtype"),
+    [(RuntimeOptions("cpu"), "float32"), (RuntimeOptions("cuda:1"), "bfloat16"), (RuntimeOptions("cpu", "bfloat16"), "bfloat16"),
+     (RuntimeOptions("cuda", "float32"), "float32")],
 )
-def test_auto_dtype_is_exact_on_the_cpu_and_bfloat16_elsewhere(placement, dtype):
-    assert placement.resolved_dtype() == dtype
+def test_auto_dtype_is_exact_on_the_cpu_and_bfloat16_elsewhere(runtime, dtype):
+    assert runtime.resolved_dtype() == dtype
 
 
-def test_the_runtime_loads_the_weights_in_the_placements_dtype(tmp_path):
+def test_the_runtime_loads_the_weights_in_the_runtimes_dtype(tmp_path):
     import torch
 
     from lsp_server.engine_client import load_runtime
@@ -138,8 +138,24 @@ def test_the_runtime_loads_the_weights_in_the_placements_dtype(tmp_path):
 
     make_tiny_checkpoint(tmp_path)
     for name, dtype in (("bfloat16", torch.bfloat16), ("auto", torch.float32)):
-        handle = load_runtime(str(tmp_path), Placement("cpu", name))
+        handle = load_runtime(str(tmp_path), RuntimeOptions("cpu", name))
         try:
             assert handle.engine.loaded.dtype == dtype and handle.engine.loaded.model.embed_tokens.weight.dtype == dtype
         finally:
             handle.engine.shutdown()
+
+
+def test_mtp_option_reaches_the_engine_and_needs_an_mtp_layer(tmp_path):
+    from lsp_server.engine_client import load_runtime
+    from model_runtime.config import ModelConfig
+    from model_runtime.testing import make_tiny_checkpoint
+
+    make_tiny_checkpoint(tmp_path / "with")
+    handle = load_runtime(str(tmp_path / "with"), RuntimeOptions("cpu", "auto", mtp=True))
+    try:
+        assert handle.engine.config.use_mtp
+    finally:
+        handle.engine.shutdown()
+    make_tiny_checkpoint(tmp_path / "without", ModelConfig.tiny(num_nextn_predict_layers=0))
+    with pytest.raises(ValueError, match="MTP layer"):
+        load_runtime(str(tmp_path / "without"), RuntimeOptions("cpu", "auto", mtp=True))

@@ -26,6 +26,7 @@ def test_valid_keys_update_a_copy():
         ({"streaming": "yes"}, "'streaming': expected true or false"),
         ({"model": ""}, "'model'"),
         ({"dtype": "float64"}, "'dtype': expected one of auto, float32, bfloat16, float16"),
+        ({"mtp": "on"}, "'mtp': expected true or false"),
     ],
 )
 def test_bad_values_keep_the_previous_value_and_name_the_key(raw, fragment):
