@@ -79,7 +79,6 @@ def load_runtime(path: str, runtime: RuntimeOptions) -> ModelHandle:
     import torch
 
     from model_runtime import load_model
-
     from model_runtime.config import EngineConfig
 
     loaded = load_model(path, device=runtime.device, dtype=getattr(torch, runtime.resolved_dtype()))
