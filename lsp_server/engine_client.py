@@ -76,12 +76,10 @@ ModelLoader = Callable[[str, RuntimeOptions], ModelHandle]  # (checkpoint dir, r
 
 def load_runtime(path: str, runtime: RuntimeOptions) -> ModelHandle:
     """Load a checkpoint into the in-process runtime (imports torch; call off the event loop)."""
-    import torch
-
     from model_runtime import load_model
     from model_runtime.config import EngineConfig
 
-    loaded = load_model(path, device=runtime.device, dtype=getattr(torch, runtime.resolved_dtype()))
+    loaded = load_model(path, device=runtime.device, dtype=runtime.resolved_dtype())
     if loaded.tokenizer is None:
         raise ValueError(f"{path}: the checkpoint has no usable tokenizer.json")
     engine = loaded.engine(EngineConfig(use_mtp=runtime.mtp))

@@ -112,8 +112,15 @@ class LoadedModel:
         return h.hexdigest()
 
 
-def load_model(path: str | os.PathLike | None = None, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> LoadedModel:
-    """Load a GLM-5 checkpoint directory (HF layout); None loads the embedded default model."""
+def load_model(
+    path: str | os.PathLike | None = None, device: str | torch.device = "cpu", dtype: torch.dtype | str = torch.float32,
+) -> LoadedModel:
+    """Load a GLM-5 checkpoint directory (HF layout); None loads the embedded default model.
+    `dtype` may be named ("bfloat16"), so callers that never import torch can choose it."""
+    if isinstance(dtype, str):
+        if dtype not in ("float32", "bfloat16", "float16"):
+            raise ValueError(f"dtype: expected float32, bfloat16 or float16, got {dtype!r}")
+        dtype = getattr(torch, dtype)
     if path is None:
         from model_runtime.embedded import default_model_path
 

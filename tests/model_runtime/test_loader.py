@@ -160,6 +160,12 @@ def test_weights_are_memory_mapped_not_copied(tiny):
     assert not storage.resizable()
 
 
+def test_dtype_by_name(tiny_ckpt):
+    assert load_model(tiny_ckpt, dtype="bfloat16").model.layers[0].self_attn.q_a_proj.weight.dtype == torch.bfloat16
+    with pytest.raises(ValueError, match="dtype: expected float32, bfloat16 or float16, got 'float64'"):
+        load_model(tiny_ckpt, dtype="float64")
+
+
 def test_bfloat16_runtime_dtype(tiny_ckpt, tiny):
     bf = load_model(tiny_ckpt, dtype=torch.bfloat16)
     assert bf.model.layers[1].mlp.gate.weight.dtype == torch.float32  # router stays fp32
