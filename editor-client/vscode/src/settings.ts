@@ -3,7 +3,8 @@
  *
  * Role: turn the raw configuration values into one typed `Glm5Settings`, and derive the server's
  * `initializationOptions` and `workspace/didChangeConfiguration` payload from it. The server's
- * keys are camelCase (`model`, `maxTokens`, `temperature`, `multiline`, `streaming`).
+ * keys are camelCase (`model`, `device`, `dtype`, `mtp`, `maxTokens`, `temperature`, `multiline`,
+ * `streaming`).
  *
  * Invariants: pure, no `vscode` import; a bad value never throws: it falls back to the default
  * and yields a problem message that names the setting, the value and what was expected.
@@ -12,11 +13,15 @@
 import { expandHome } from './server';
 
 export type Multiline = 'auto' | 'never' | 'always';
+export type Dtype = 'auto' | 'float32' | 'bfloat16' | 'float16';
 
 export interface Glm5Settings {
   readonly enable: boolean;
   readonly pythonPath: string;
   readonly modelPath: string;
+  readonly device: string;
+  readonly dtype: Dtype;
+  readonly mtp: boolean;
   readonly maxTokens: number;
   readonly debounceMs: number;
   readonly temperature: number;
@@ -27,6 +32,9 @@ export const DEFAULT_SETTINGS: Glm5Settings = {
   enable: true,
   pythonPath: '',
   modelPath: '',
+  device: '',
+  dtype: 'auto',
+  mtp: false,
   maxTokens: 64,
   debounceMs: 150,
   temperature: 0.2,
@@ -41,6 +49,9 @@ const CHECKS: { [K in keyof Glm5Settings]: Check } = {
   enable: [(v) => typeof v === 'boolean', 'true or false'],
   pythonPath: [(v) => typeof v === 'string', 'a path'],
   modelPath: [(v) => typeof v === 'string', 'a directory path'],
+  device: [(v) => typeof v === 'string', 'a torch device name such as "cuda"'],
+  dtype: [(v) => v === 'auto' || v === 'float32' || v === 'bfloat16' || v === 'float16', '"auto", "float32", "bfloat16" or "float16"'],
+  mtp: [(v) => typeof v === 'boolean', 'true or false'],
   maxTokens: [isInt(1, 4096), 'an integer in 1..4096'],
   debounceMs: [isInt(0, 5000), 'an integer in 0..5000'],
   temperature: [(v) => typeof v === 'number' && Number.isFinite(v) && v >= 0 && v <= 2, 'a number in 0..2'],
@@ -74,13 +85,15 @@ export function serverSettings(s: Glm5Settings): Record<string, unknown> {
   return { maxTokens: s.maxTokens, temperature: s.temperature, multiline: s.multiline };
 }
 
-/** The server's `initializationOptions`: streaming on, the model only when one is configured. */
+/** The server's `initializationOptions`: streaming on, the runtime options, and the model and
+ * device only when configured (else the embedded model, on the CPU). */
 export function initializationOptions(s: Glm5Settings): Record<string, unknown> {
   const model = expandHome(s.modelPath.trim());
-  return { ...serverSettings(s), streaming: true, ...(model ? { model } : {}) };
+  const device = s.device.trim();
+  return { ...serverSettings(s), streaming: true, dtype: s.dtype, mtp: s.mtp, ...(model ? { model } : {}), ...(device ? { device } : {}) };
 }
 
-/** Whether changing from `a` to `b` needs a server restart (the process or the model differs). */
+/** Whether changing from `a` to `b` needs a server restart (the process, the model or how it runs differs). */
 export function needsRestart(a: Glm5Settings, b: Glm5Settings): boolean {
-  return a.pythonPath !== b.pythonPath || a.modelPath !== b.modelPath;
+  return a.pythonPath !== b.pythonPath || a.modelPath !== b.modelPath || a.device !== b.device || a.dtype !== b.dtype || a.mtp !== b.mtp;
 }

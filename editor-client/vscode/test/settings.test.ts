@@ -14,7 +14,8 @@ test('unset settings take the defaults, with no problems', () => {
 });
 
 test('valid settings are kept as given', () => {
-  const values = { enable: false, pythonPath: '/opt/py', modelPath: '/m', maxTokens: 200, debounceMs: 0, temperature: 0, multiline: 'never' };
+  const values = { enable: false, pythonPath: '/opt/py', modelPath: '/m', maxTokens: 200, debounceMs: 0, temperature: 0, multiline: 'never',
+    device: 'cuda:1', dtype: 'bfloat16', mtp: true };
   const { settings, problems } = reading(values);
   assert.deepEqual(settings, values);
   assert.deepEqual(problems, []);
@@ -35,15 +36,27 @@ test('a bad value falls back to its default and the problem names the setting an
 
 test('initializationOptions turn streaming on and name the model only when one is set', () => {
   const plain = initializationOptions(DEFAULT_SETTINGS);
-  assert.deepEqual(plain, { maxTokens: 64, temperature: 0.2, multiline: 'auto', streaming: true });
+  assert.deepEqual(plain, { maxTokens: 64, temperature: 0.2, multiline: 'auto', streaming: true, dtype: 'auto', mtp: false });
   const withModel = initializationOptions({ ...DEFAULT_SETTINGS, modelPath: '  ~/models/glm5  ', multiline: 'always' });
   assert.equal(withModel.model, path.join(os.homedir(), 'models/glm5'));
   assert.equal(withModel.multiline, 'always');
+  assert.equal('device' in withModel, false);
+  const onGpu = initializationOptions({ ...DEFAULT_SETTINGS, device: ' cuda ', dtype: 'bfloat16', mtp: true });
+  assert.deepEqual([onGpu.device, onGpu.dtype, onGpu.mtp], ['cuda', 'bfloat16', true]);
+});
+
+test('a bad dtype falls back to auto with a message naming the setting', () => {
+  const { settings, problems } = readSettings((key) => (key === 'dtype' ? 'float64' : undefined));
+  assert.equal(settings.dtype, 'auto');
+  assert.deepEqual(problems, ['glm5.dtype: expected "auto", "float32", "bfloat16" or "float16", got "float64" (using "auto")']);
 });
 
 test('only the interpreter or the model need a restart; the rest is sent as configuration', () => {
   assert.equal(needsRestart(DEFAULT_SETTINGS, { ...DEFAULT_SETTINGS, maxTokens: 9 }), false);
   assert.equal(needsRestart(DEFAULT_SETTINGS, { ...DEFAULT_SETTINGS, modelPath: '/m' }), true);
   assert.equal(needsRestart(DEFAULT_SETTINGS, { ...DEFAULT_SETTINGS, pythonPath: '/py' }), true);
+  assert.equal(needsRestart(DEFAULT_SETTINGS, { ...DEFAULT_SETTINGS, device: 'cuda' }), true);
+  assert.equal(needsRestart(DEFAULT_SETTINGS, { ...DEFAULT_SETTINGS, dtype: 'bfloat16' }), true);
+  assert.equal(needsRestart(DEFAULT_SETTINGS, { ...DEFAULT_SETTINGS, mtp: true }), true);
   assert.deepEqual(serverSettings({ ...DEFAULT_SETTINGS, maxTokens: 9 }), { maxTokens: 9, temperature: 0.2, multiline: 'auto' });
 });
