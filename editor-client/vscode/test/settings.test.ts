@@ -51,7 +51,7 @@ test('a bad dtype falls back to auto with a message naming the setting', () => {
   assert.deepEqual(problems, ['glm5.dtype: expected "auto", "float32", "bfloat16" or "float16", got "float64" (using "auto")']);
 });
 
-test('only the interpreter or the model need a restart; the rest is sent as configuration', () => {
+test('the interpreter, the model and how it runs need a restart; the rest is sent as configuration', () => {
   assert.equal(needsRestart(DEFAULT_SETTINGS, { ...DEFAULT_SETTINGS, maxTokens: 9 }), false);
   assert.equal(needsRestart(DEFAULT_SETTINGS, { ...DEFAULT_SETTINGS, modelPath: '/m' }), true);
   assert.equal(needsRestart(DEFAULT_SETTINGS, { ...DEFAULT_SETTINGS, pythonPath: '/py' }), true);
