@@ -62,6 +62,7 @@ class Session:
         self.applied_edits: list[types.WorkspaceEdit] = []
         self.versions: dict[str, int] = {}
         self.initialize_result: types.InitializeResult | None = None
+        self.root: Path | None = None  # the workspace of `start_fake`
 
     @classmethod
     async def start(
@@ -89,6 +90,25 @@ class Session:
         )
         client.initialized(types.InitializedParams())
         return session
+
+    @classmethod
+    async def start_fake(cls, root: Path, fake: dict[str, Any], init_options: dict[str, Any] | None = None) -> Session:
+        """`fake_lsp_server.py` (scripted engine, configured by `fake`) on the workspace `root`,
+        logging next to it."""
+        log = root.parent / f"{root.name}.log"
+        session = await cls.start(
+            [sys.executable, str(TESTS / "fake_lsp_server.py")], [root], init_options=init_options,
+            env={"GLM5_FAKE": json.dumps({**fake, "log": str(log)})}, log_file=log,
+        )
+        session.root = root
+        return session
+
+    def create(self, name: str, text: str) -> str:
+        """Write `name` under the workspace root, open it and return its uri."""
+        assert self.root is not None, "create needs a session from start_fake"
+        path = self.root / name
+        path.write_text(text)
+        return self.open(path)
 
     def _listen(self) -> None:
         client = self.client

@@ -3,15 +3,13 @@ retries, the applyFix command, and workspace/configuration changes. One server f
 
 from __future__ import annotations
 
-import json
-import sys
 
 import pytest
 import pytest_asyncio
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
-from lsp_harness import TESTS, Session
+from lsp_harness import Session
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -26,15 +24,7 @@ RULES = [
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def session(tmp_path_factory):
     root = tmp_path_factory.mktemp("actions")
-    log = root.parent / "actions.log"
-    s = await Session.start(
-        [sys.executable, str(TESTS / "fake_lsp_server.py")],
-        [root],
-        init_options={"diagnosticsDebounceMs": 10, "fixAttempts": 3},
-        env={"GLM5_FAKE": json.dumps({"rules": RULES, "log": str(log)})},
-        log_file=log,
-    )
-    s.root = root  # type: ignore[attr-defined]
+    s = await Session.start_fake(root, {"rules": RULES}, {"diagnosticsDebounceMs": 10, "fixAttempts": 3})
     await s.wait_ready()
     yield s
     assert await s.stop() == 0
@@ -58,7 +48,7 @@ async def _actions(session: Session, uri: str, diagnostics: list[types.Diagnosti
 
 
 async def test_declare_inserts_a_checked_declaration_above_the_use(session: Session):
-    path = session.root / "price.py"  # type: ignore[attr-defined]
+    path = session.root / "price.py"
     uri = session.open(path, "def price(total):\n    return total * rate\n")
     diagnostics = await _diagnostics(session, uri)
     assert [(d.source, d.code, d.data["name"]) for d in diagnostics] == [("glm5", "undeclared-symbol", "rate")]
@@ -76,7 +66,7 @@ async def test_declare_inserts_a_checked_declaration_above_the_use(session: Sess
 
 
 async def test_fix_with_model_retries_with_the_checker_message(session: Session):
-    uri = session.open(session.root / "broken.py", "def double(total):\n    return total * * 2\n")  # type: ignore[attr-defined]
+    uri = session.open(session.root / "broken.py", "def double(total):\n    return total * * 2\n")
     foreign = types.Diagnostic(
         range=types.Range(start=types.Position(line=1, character=19), end=types.Position(line=1, character=20)),
         message="invalid syntax",
@@ -92,7 +82,7 @@ async def test_fix_with_model_retries_with_the_checker_message(session: Session)
 
 
 async def test_no_passing_candidate_is_a_clear_error(session: Session):
-    uri = session.open(session.root / "never.py", "print(never_ok)\n")  # type: ignore[attr-defined]
+    uri = session.open(session.root / "never.py", "print(never_ok)\n")
     diagnostics = await _diagnostics(session, uri)
     actions = await _actions(session, uri, diagnostics)
     with pytest.raises(JsonRpcException) as error:
@@ -102,7 +92,7 @@ async def test_no_passing_candidate_is_a_clear_error(session: Session):
 
 
 async def test_apply_fix_command_applies_through_the_client(session: Session):
-    uri = session.open(session.root / "cmd.py", "def price(total):\n    return total * rate\n")  # type: ignore[attr-defined]
+    uri = session.open(session.root / "cmd.py", "def price(total):\n    return total * rate\n")
     diagnostics = await _diagnostics(session, uri)
     actions = await _actions(session, uri, diagnostics)
     result = await session.command("glm5.applyFix", actions[0].data)
@@ -112,7 +102,7 @@ async def test_apply_fix_command_applies_through_the_client(session: Session):
 
 
 async def test_an_action_for_an_old_version_is_refused(session: Session):
-    uri = session.open(session.root / "moving.py", "def price(total):\n    return total * rate\n")  # type: ignore[attr-defined]
+    uri = session.open(session.root / "moving.py", "def price(total):\n    return total * rate\n")
     diagnostics = await _diagnostics(session, uri)
     actions = await _actions(session, uri, diagnostics)
     session.change(uri, "# edited\n", start=(0, 0))
@@ -128,7 +118,7 @@ async def test_configuration_problems_are_reported_and_valid_values_applied(sess
     await session.wait_for(
         lambda: any("'maxTokens'" in m.message for m in session.messages("window/showMessage")), what="warning"
     )
-    uri = session.open(session.root / "quiet.py", "print(undefined_thing)\n")  # type: ignore[attr-defined]
+    uri = session.open(session.root / "quiet.py", "print(undefined_thing)\n")
     published = await session.wait_for(
         lambda: [p for p in session.messages("textDocument/publishDiagnostics") if p.uri == uri], what="publish"
     )
@@ -141,7 +131,7 @@ async def test_an_added_workspace_folder_is_indexed(session: Session, tmp_path):
     extra = tmp_path / "extra"
     extra.mkdir()
     (extra / "tools.py").write_text("def far_away_tool():\n    return 1\n")
-    uri = session.open(session.root / "caller.py", "far_away_tool()\n")  # type: ignore[attr-defined]
+    uri = session.open(session.root / "caller.py", "far_away_tool()\n")
     where = types.DefinitionParams(text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=0, character=2))
     assert await session.client.text_document_definition_async(where) == []
     session.client.workspace_did_change_workspace_folders(
@@ -162,7 +152,7 @@ async def test_an_added_workspace_folder_is_indexed(session: Session, tmp_path):
 
 
 async def test_diagnostics_follow_the_latest_version(session: Session):
-    uri = session.open(session.root / "follow.py", "print(zz)\n")  # type: ignore[attr-defined]
+    uri = session.open(session.root / "follow.py", "print(zz)\n")
     session.change(uri, "zz = 1\n", start=(0, 0))
 
     def latest() -> types.PublishDiagnosticsParams | None:

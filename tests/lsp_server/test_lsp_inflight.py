@@ -6,15 +6,13 @@ start; glm5.clearCache clears the engine's cache too. A slow scripted engine (on
 from __future__ import annotations
 
 import asyncio
-import json
-import sys
 
 import pytest
 import pytest_asyncio
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
-from lsp_harness import TESTS, Session
+from lsp_harness import Session
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -26,26 +24,12 @@ async def session(tmp_path_factory):
     root = tmp_path_factory.mktemp("ws")
     (root / "util.py").write_text("def compute_total(items):\n    return sum(items)\n")
     (root / "opened.py").write_text("from util import compute_total\n\ntotal = \n")
-    log = root.parent / "server.log"
-    config = {"text": TEXT, "step_s": 0.05, "load_s": 1.0, "log": str(log)}
-    s = await Session.start(
-        [sys.executable, str(TESTS / "fake_lsp_server.py")],
-        [root],
-        init_options={"streaming": True, "debounceMs": 0},
-        env={"GLM5_FAKE": json.dumps(config)},
-        log_file=log,
-    )
-    s.root = root  # type: ignore[attr-defined]
+    s = await Session.start_fake(root, {"text": TEXT, "step_s": 0.05, "load_s": 1.0}, {"streaming": True, "debounceMs": 0})
     s.open(root / "opened.py")  # open while the model loads: warm-up prefills its prompt start
     await s.wait_ready()
     yield s
     assert await s.stop() == 0
 
-
-def _doc(session: Session, name: str, text: str) -> str:
-    path = session.root / name  # type: ignore[attr-defined]
-    path.write_text(text)
-    return session.open(path)
 
 
 async def _streamed(session: Session, msg_id: str, at_least: int) -> None:
@@ -62,7 +46,7 @@ async def test_start_up_binds_the_kv_store_and_prefills_the_stable_prompt_start(
 
 
 async def test_typing_what_is_generated_follows_the_running_generation(session: Session):
-    uri = _doc(session, "follow.py", "total = \n")
+    uri = session.create("follow.py", "total = \n")
     before = (await session.stats())["engine"]
     first = session.inline_request(uri, 0, 8, msg_id="follow-1", automatic=False)
     await _streamed(session, "follow-1", 6)
@@ -79,7 +63,7 @@ async def test_typing_what_is_generated_follows_the_running_generation(session: 
 
 
 async def test_typing_something_else_aborts_the_running_generation(session: Session):
-    uri = _doc(session, "diverge.py", "total = \n")
+    uri = session.create("diverge.py", "total = \n")
     before = (await session.stats())["engine"]
     first = session.inline_request(uri, 0, 8, msg_id="diverge-1", automatic=False)
     await _streamed(session, "diverge-1", 4)

@@ -4,15 +4,13 @@ cancellation, stale versions, telemetry and bad input. One server process for th
 from __future__ import annotations
 
 import asyncio
-import json
-import sys
 
 import pytest
 import pytest_asyncio
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
-from lsp_harness import TESTS, Session
+from lsp_harness import Session
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -23,25 +21,13 @@ FAKE_TEXT = "compute_total(items)\nprint('never shown')\n"
 async def session(tmp_path_factory):
     root = tmp_path_factory.mktemp("ws")
     (root / "util.py").write_text("def compute_total(items):\n    return sum(items)\n")
-    log = root.parent / "server.log"
-    config = {"text": FAKE_TEXT, "step_s": 0.002, "log": str(log)}
-    s = await Session.start(
-        [sys.executable, str(TESTS / "fake_lsp_server.py")],
-        [root],
-        init_options={"streaming": True, "debounceMs": 300, "diagnosticsDebounceMs": 20},
-        env={"GLM5_FAKE": json.dumps(config)},
-        log_file=log,
+    s = await Session.start_fake(
+        root, {"text": FAKE_TEXT, "step_s": 0.002}, {"streaming": True, "debounceMs": 300, "diagnosticsDebounceMs": 20},
     )
-    s.root = root  # type: ignore[attr-defined]
     await s.wait_ready()
     yield s
     assert await s.stop() == 0
 
-
-def _doc(session: Session, name: str, text: str) -> str:
-    path = session.root / name  # type: ignore[attr-defined]
-    path.write_text(text)
-    return session.open(path)
 
 
 async def test_capabilities_are_advertised(session: Session):
@@ -62,7 +48,7 @@ async def test_start_up_reports_work_done_progress(session: Session):
 
 
 async def test_inline_completion_is_post_processed_and_streamed(session: Session):
-    uri = _doc(session, "main.py", "from util import compute_total\n\nitems = [1, 2]\ntotal = \n")
+    uri = session.create("main.py", "from util import compute_total\n\nitems = [1, 2]\ntotal = \n")
     result = await session.inline(uri, 3, 8)
     assert [i.insert_text for i in result.items] == ["compute_total(items)"]
     item = result.items[0]
@@ -74,7 +60,7 @@ async def test_inline_completion_is_post_processed_and_streamed(session: Session
 
 
 async def test_typing_through_the_suggestion_is_answered_from_the_cache(session: Session):
-    uri = _doc(session, "cache.py", "x = \n")
+    uri = session.create("cache.py", "x = \n")
     first = await session.inline(uri, 0, 4)
     assert first.items[0].insert_text == "compute_total(items)"
     before = (await session.stats())["engine"]["requests_submitted"]
@@ -87,7 +73,7 @@ async def test_typing_through_the_suggestion_is_answered_from_the_cache(session:
 
 
 async def test_rapid_requests_only_the_last_reaches_the_engine(session: Session):
-    uri = _doc(session, "rapid.py", "value = \n")
+    uri = session.create("rapid.py", "value = \n")
     before = (await session.stats())["engine"]
     futures = [session.inline_request(uri, 0, 8, msg_id=f"rapid-{i}") for i in range(20)]
     outcomes = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures), return_exceptions=True)
@@ -102,7 +88,7 @@ async def test_rapid_requests_only_the_last_reaches_the_engine(session: Session)
 
 
 async def test_client_cancel_aborts_generation(session: Session):
-    uri = _doc(session, "cancel.py", "value = \n")
+    uri = session.create("cancel.py", "value = \n")
     future = session.inline_request(uri, 0, 8, msg_id="to-cancel", automatic=False)
     await session.wait_for(lambda: any(p["requestId"] == "to-cancel" for p in session.messages("glm5/inlineCompletionProgress")), what="first streamed text")
     session.client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id="to-cancel"))
@@ -114,7 +100,7 @@ async def test_client_cancel_aborts_generation(session: Session):
 
 
 async def test_a_change_during_generation_drops_the_stale_request(session: Session):
-    uri = _doc(session, "stale.py", "value = \n")
+    uri = session.create("stale.py", "value = \n")
     future = session.inline_request(uri, 0, 8, msg_id="stale-1", automatic=False)
     await session.wait_for(lambda: any(p["requestId"] == "stale-1" for p in session.messages("glm5/inlineCompletionProgress")), what="generation to start")
     session.change(uri, "1", start=(0, 8))
@@ -126,7 +112,7 @@ async def test_a_change_during_generation_drops_the_stale_request(session: Sessi
 
 
 async def test_completion_items_for_clients_without_inline_completion(session: Session):
-    uri = _doc(session, "items.py", "total = comp\n")
+    uri = session.create("items.py", "total = comp\n")
     result = await session.client.text_document_completion_async(
         types.CompletionParams(text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=0, character=12))
     )
@@ -137,7 +123,7 @@ async def test_completion_items_for_clients_without_inline_completion(session: S
 
 
 async def test_telemetry_counts_each_completion_once(session: Session):
-    uri = _doc(session, "tele.py", "v = \n")
+    uri = session.create("tele.py", "v = \n")
     result = await session.inline(uri, 0, 4)
     completion_id = result.items[0].command.arguments[0]["completionId"]
     session.client.protocol.notify("glm5/didShowCompletion", {"completionId": completion_id})
@@ -175,12 +161,12 @@ async def test_bad_requests_get_errors_and_the_server_keeps_serving(session: Ses
     assert (await session.raw_error(b"{not json")).code == types.ErrorCodes.ParseError
     assert (await session.raw_error(b'{"jsonrpc": "2.0", "id": 7, "params": "\xff"}')).code == types.ErrorCodes.ParseError
     assert (await session.raw_error(b'["a", "list"]')).code == types.ErrorCodes.InvalidRequest
-    uri = _doc(session, "after_bad.py", "v = \n")
+    uri = session.create("after_bad.py", "v = \n")
     assert (await session.inline(uri, 0, 4)).items
 
 
 async def test_positions_past_the_end_and_surrogate_pairs_clamp(session: Session):
-    uri = _doc(session, "emoji.py", "s = '😀😀' + \n")
+    uri = session.create("emoji.py", "s = '😀😀' + \n")
     past_line = await session.inline(uri, 0, 500)
     assert past_line.items[0].range.start == types.Position(line=0, character=13)  # the line is 13 UTF-16 units
     past_file = await session.inline(uri, 99, 3)
@@ -190,7 +176,7 @@ async def test_positions_past_the_end_and_surrogate_pairs_clamp(session: Session
 
 
 async def test_nul_characters_and_lone_surrogates_in_a_document_are_served(session: Session):
-    uri = session.open(session.root / "odd.py", "a = '\x00'\nb = '\ud800' + \n")  # type: ignore[attr-defined]
+    uri = session.open(session.root / "odd.py", "a = '\x00'\nb = '\ud800' + \n")
     result = await session.inline(uri, 1, 10)  # the end of line 1: the lone surrogate is one UTF-16 unit
     assert result.items[0].range.start == types.Position(line=1, character=10)
     explained = await session.command("glm5.explainContext", {"uri": uri, "position": {"line": 1, "character": 10}})
@@ -198,7 +184,7 @@ async def test_nul_characters_and_lone_surrogates_in_a_document_are_served(sessi
 
 
 async def test_explain_context_defaults_to_the_cursor_the_client_reported(session: Session):
-    uri = _doc(session, "cursor.py", "import os\n\npath = os.getcwd()\nname = \n")
+    uri = session.create("cursor.py", "import os\n\npath = os.getcwd()\nname = \n")
     with pytest.raises(JsonRpcException, match="no known cursor"):
         await session.command("glm5.explainContext", {"uri": uri})
     session.client.protocol.notify("glm5/didChangeCursor", {"textDocument": {"uri": uri}, "position": {"line": 3, "character": 7}})
@@ -208,7 +194,7 @@ async def test_explain_context_defaults_to_the_cursor_the_client_reported(sessio
 
 
 async def test_clear_cache_forgets_suggestions(session: Session):
-    uri = _doc(session, "clear.py", "y = \n")
+    uri = session.create("clear.py", "y = \n")
     await session.inline(uri, 0, 4)
     assert (await session.command("glm5.clearCache"))["cleared"] >= 1
     before = (await session.stats())["engine"]["requests_submitted"]

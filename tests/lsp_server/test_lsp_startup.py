@@ -3,24 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import json
-import sys
 
 import pytest
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
-from lsp_harness import TESTS, Session
+from lsp_harness import Session
 
 
 async def _start(tmp_path, **fake) -> Session:
-    log = tmp_path / "server.log"
-    return await Session.start(
-        [sys.executable, str(TESTS / "fake_lsp_server.py")],
-        [tmp_path],
-        env={"GLM5_FAKE": json.dumps({**fake, "log": str(log)})},
-        log_file=log,
-    )
+    return await Session.start_fake(tmp_path, fake)
 
 
 async def test_a_completion_before_the_model_is_loaded_waits_for_it(tmp_path):
