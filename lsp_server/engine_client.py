@@ -22,11 +22,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from model_runtime.api import (
+    ContinuationScore,
     EngineProtocol,
     EngineStats,
     FinishReason,
     GenerationRequest,
     GenerationResult,
+    ScoreRequest,
     StreamEvent,
     WarmupReport,
 )
@@ -202,6 +204,17 @@ class EngineClient:
         if result.finish_reason is FinishReason.ERROR:
             raise GenerationFailed(f"generation failed: {result.error or 'unknown engine error'}")
         return result
+
+    async def score(self, request: ScoreRequest, timeout: float = 30.0) -> list[ContinuationScore]:
+        """Score continuations of one prompt (off the loop). An engine failure or timeout becomes
+        `GenerationFailed`; an engine without scoring raises NotImplementedError."""
+        handle = await self.ready()
+        try:
+            return await asyncio.to_thread(handle.engine.score, request, timeout)
+        except NotImplementedError:
+            raise
+        except (RuntimeError, TimeoutError, ValueError) as exc:
+            raise GenerationFailed(f"scoring {request.request_id} failed: {exc}") from exc
 
     def abort(self, request_id: str) -> None:
         """Stop a running request early (its `generate` returns the text so far, reason ABORT)."""

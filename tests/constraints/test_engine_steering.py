@@ -140,3 +140,21 @@ def test_batched_scoring_equals_scoring_each_continuation_alone(tiny):
 def test_score_rejects_ids_outside_the_vocabulary(tiny):
     with pytest.raises(ValueError, match="outside the vocabulary"):
         Engine(tiny, CFG).score(ScoreRequest("bad", (1, 2), ((10**6,),)))
+
+
+def test_mtp_engine_gives_constrained_and_n_best_requests_the_same_output(tiny):
+    import dataclasses
+
+    prompt = tuple(range(5, 45))
+    requests = [
+        GenerationRequest("c", prompt, SamplingParams(max_tokens=8), constraint=ConstraintSpec(open_brackets="(")),
+        GenerationRequest("n", prompt, SamplingParams(max_tokens=8), num_candidates=3),
+        GenerationRequest("p", prompt, SamplingParams(max_tokens=8)),
+    ]
+    plain = [run(Engine(tiny, CFG), r) for r in requests]
+    mtp_engine = Engine(tiny, dataclasses.replace(CFG, use_mtp=True))
+    with_mtp = [run(mtp_engine, r) for r in requests]
+    for a, b in zip(plain, with_mtp):
+        assert a.token_ids == b.token_ids
+        assert [c.token_ids for c in a.candidates] == [c.token_ids for c in b.candidates]
+    assert_all_blocks_free(mtp_engine)

@@ -1,0 +1,77 @@
+"""The monitor's Python lexer, character by character: which texts stay legal, and which rule stops the rest."""
+
+from __future__ import annotations
+
+import pytest
+
+from model_runtime.constraint.lexer import LexState, PyRules
+
+NAMES = ("print", "points", "centroid", "len", "math", "range", "self", "open", "ValueError")
+RULES = PyRules(NAMES, {"math": ("pi", "sqrt"), "self": ("x", "y")}, single_line=False)
+
+
+def first_refusal(text: str) -> tuple[int, str] | None:
+    state = LexState()
+    for i, ch in enumerate(text):
+        state, why = RULES.step(state, ch)
+        if state is None:
+            return i, why
+    return None
+
+
+@pytest.mark.parametrize("text", [
+    "x = centroid(points)\n",
+    "y = math.sqrt(2) + math.pi\n",
+    "def f(a, b=points, *args, **kw):\n    return a + b\n",
+    "z = [q * 2 for q in points if q]\n",
+    "print(points, sep=1, end='')\n",
+    "for i in range(3): print(i)\n",
+    "s = 'it''s' + \"\" + '''x\n'''\n",
+    "a, b = 1, 2\nprint(a, b)\n",
+    "import os\nfrom os import path as p\nprint(os, p)\n",
+    "self.x = 1\n",
+    "f = lambda k: k + 1\n",
+    "x = 1 if points else None\n",
+    "with open(points) as fh:\n    print(fh)\n",
+    "try:\n    pass\nexcept ValueError as e:\n    print(e)\n",
+    "total = 1e5 + 0x1f + 3.5  # any words here\n",
+    "w = f'{undefined}' + rb'\\x00'\n",
+])
+def test_legal_python_passes(text):
+    assert first_refusal(text) is None
+
+
+@pytest.mark.parametrize("text, at, rule", [
+    ("x = centroi(points)", 11, "undefined"),  # a name that is no defined name
+    ("x = undefined_name", 5, "undefined"),  # "u" may still open a u"..." string; no name starts with "un"
+    ("foo(1)", 3, "undefined"),  # a statement-start name used as a call
+    ("print(key=1, other)", 18, "undefined"),  # not a keyword argument, so a use
+    ("y = math.cos", 9, "member"),
+    ("self.z", 5, "member"),
+    ("x = math.\n", 9, "member"),
+    ("x = (1, 2]", 9, "bracket"),
+    ("x = 1)", 5, "bracket"),
+    ("x = points points", 11, "undefined"),  # a name right after an operand
+    ("c = elif", 4, "undefined"),  # a statement keyword in an expression
+    ("x = $", 4, "undefined"),
+])
+def test_illegal_python_is_refused_at_the_first_bad_character(text, at, rule):
+    assert first_refusal(text) == (at, rule)
+
+
+def test_the_output_may_not_end_inside_its_own_brackets_or_string():
+    state = LexState()
+    for ch in "x = centroid(points":
+        state, _ = RULES.step(state, ch)
+    assert RULES.can_end(state) == "line"
+    state, _ = RULES.step(state, ")")
+    assert RULES.can_end(state) == ""
+
+
+def test_without_defined_names_identifiers_are_free_but_members_are_not():
+    rules = PyRules(None, {"math": ("pi",)}, single_line=False)
+    state = LexState()
+    for ch in "x = anything(at_all) + math.":
+        state, why = rules.step(state, ch)
+        assert state is not None, why
+    assert rules.step(state, "c") == (None, "member")
