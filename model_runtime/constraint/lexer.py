@@ -9,7 +9,8 @@ Role: the state machine behind the decode-time monitor (`model_runtime.constrain
   may follow; outside strings and comments only Python's punctuation; new bindings (def/class/for/as/lambda/import/global names, parameters,
   assignment targets, keyword-argument names) are free;
 - "bracket": a closer must match the innermost open bracket (those open before the cursor may close);
-- "line": the line (single-line mode) or the output may not end with its own brackets or string open.
+- "line": the line (single-line mode) or the output may not end with its own brackets or string
+  open, nor right after an operator or keyword that needs an operand (`x = `, `a +`, `not`).
 
 Invariants:
 - Torch-free and pure: a state is an immutable, hashable tuple, so transitions can be memoised.
@@ -31,6 +32,8 @@ EXPR_KEYWORDS = frozenset({"None", "True", "False", "not", "lambda", "await", "y
 CONT_KEYWORDS = frozenset({"if", "else", "for", "in", "not", "and", "or", "is", "as", "from", "import", "async"})
 OPENERS, CLOSERS = "([{", ")]}"
 PUNCTUATION = frozenset("+-*/%&|^~<>=!.,:;@")
+OPERATORS = frozenset("+-*/%&|^~<>=!@")  # need a right operand
+NEEDS_OPERAND = frozenset({"and", "or", "not", "in", "is", "if", "else", "lambda", "await", "assert", "del", "elif", "while", "with"})
 CODE, STRING, COMMENT, DONE = range(4)
 # the kind of the word being written
 NONE, NUMBER, USE, MEMBER, FREE, BIND, PENDING, CONT = range(8)  # CONT: a word right after an operand
@@ -63,6 +66,7 @@ class LexState(NamedTuple):
     dot: bool = False  # the last significant char was `.`
     last: str | None = None  # the dotted name chain of the last operand, if it was one
     operand: bool = False  # the last significant thing was an operand (for call/subscript)
+    dangling: bool = False  # the last significant thing was an operator or keyword that needs an operand
     heal: str = ""  # heal characters still to produce
     own: frozenset[str] = frozenset()  # names the output bound
 
@@ -127,7 +131,7 @@ class PyRules:
             return "undefined"
         if s.dot:
             return "member" if s.last in self.scope_names else "undefined"
-        return ""
+        return "line" if s.dangling else ""
 
     # ---- characters -------------------------------------------------------------------------
     def _char(self, s: LexState, ch: str, check: bool) -> tuple[LexState | None, str]:
@@ -170,7 +174,7 @@ class PyRules:
 
     def _close_string(self, s: LexState, empty: bool) -> LexState:
         return s._replace(mode=CODE, empty_quote=s.quote if empty else "", quote="", run=0, body=False,
-                          own_string=False, operand=True, last=None, dot=False)
+                          own_string=False, operand=True, dangling=False, last=None, dot=False)
 
     def _word_char(self, s: LexState, ch: str, check: bool) -> tuple[LexState | None, str]:
         if s.pend:
@@ -218,7 +222,7 @@ class PyRules:
     def _end_word(self, s: LexState, ch: str, check: bool) -> tuple[LexState | None, str]:
         word, kind = s.word, s.kind
         if kind == NUMBER:
-            return s._replace(word="", kind=NONE, operand=True, last=None, dot=False), ""
+            return s._replace(word="", kind=NONE, operand=True, dangling=False, last=None, dot=False), ""
         if ch in "'\"" and word.lower() in STRING_PREFIXES:
             return s._replace(word="", kind=NONE, operand=False, last=None, dot=False), ""
         keyword = kind in (PENDING, BIND) or (kind == USE and word in EXPR_KEYWORDS) or (kind == CONT and word in CONT_KEYWORDS)
@@ -228,7 +232,7 @@ class PyRules:
             return None, "member" if kind == MEMBER else "undefined"
         s = s._replace(word="", kind=NONE, scope=-1)
         chain = (s.last + "." + word) if s.dot and s.last is not None else (None if s.dot else word)
-        s = s._replace(operand=True, last=chain, dot=False)
+        s = s._replace(operand=True, dangling=False, last=chain, dot=False)
         if kind == BIND:
             s = s._replace(own=s.own | {word}, ctx=C_DEFPAREN if s.ctx == C_DEFNAME else s.ctx)
             return s._replace(ctx=C_USE) if s.ctx == C_BIND else s, ""
@@ -237,7 +241,7 @@ class PyRules:
         return s._replace(ctx=C_USE) if s.ctx in (C_STMT, C_KWARG) else s, ""
 
     def _keyword(self, s: LexState, word: str) -> LexState:
-        s = s._replace(operand=word in ("None", "True", "False"), last=None, dot=False)
+        s = s._replace(operand=word in ("None", "True", "False"), dangling=word in NEEDS_OPERAND, last=None, dot=False)
         if word in ("def", "class"):
             return s._replace(ctx=C_DEFNAME if word == "def" else C_BIND)
         if word in ("as", "global", "nonlocal"):
@@ -296,6 +300,8 @@ class PyRules:
             return s._replace(mode=DONE), ""
         if s.stack:
             return s, ""
+        if check and s.dangling:
+            return None, "line"
         return s._replace(ctx=C_STMT, exempt=False, dot=False, last=None, operand=False), ""
 
     def _open(self, s: LexState, ch: str) -> LexState:
@@ -306,20 +312,20 @@ class PyRules:
         else:
             role = "dict"
         ctx = C_KWARG if role == "call" else C_USE
-        return s._replace(stack=s.stack + (Frame(ch, role, True),), ctx=ctx, operand=False, last=None, dot=False)
+        return s._replace(stack=s.stack + (Frame(ch, role, True),), ctx=ctx, operand=False, dangling=False, last=None, dot=False)
 
     def _close(self, s: LexState, ch: str, check: bool) -> tuple[LexState | None, str]:
         if not s.stack:
             return (None, "bracket") if check else (s, "")
         if check and OPENERS[CLOSERS.index(ch)] != s.stack[-1].char:
             return None, "bracket"
-        return s._replace(stack=s.stack[:-1], ctx=C_USE, operand=True, last=None, dot=False), ""
+        return s._replace(stack=s.stack[:-1], ctx=C_USE, operand=True, dangling=False, last=None, dot=False), ""
 
     def _punct(self, s: LexState, ch: str) -> LexState:
         top = s.stack[-1] if s.stack else None
         if ch == ".":
             return s._replace(dot=s.operand, operand=False, last=s.last if s.operand else None)
-        s = s._replace(operand=False, dot=False, last=None)
+        s = s._replace(operand=False, dot=False, last=None, dangling=ch in OPERATORS and not s.exempt)
         if ch == ",":
             if top is not None and top.role in ("call", "default"):
                 role = "params" if top.role == "default" else "call"

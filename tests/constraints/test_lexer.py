@@ -75,3 +75,15 @@ def test_without_defined_names_identifiers_are_free_but_members_are_not():
         state, why = rules.step(state, ch)
         assert state is not None, why
     assert rules.step(state, "c") == (None, "member")
+
+
+@pytest.mark.parametrize("text, can_end", [
+    ("x = ", "line"), ("x = points +", "line"), ("x = not", "line"), ("x = points", ""),
+    ("from os import *", ""), ("return", ""), ("if points:", ""),
+])
+def test_the_output_may_not_end_on_a_dangling_operator(text, can_end):
+    state = LexState()
+    for ch in text:
+        state, why = RULES.step(state, ch)
+        assert state is not None, why
+    assert RULES.can_end(state) == can_end
