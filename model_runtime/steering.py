@@ -217,7 +217,7 @@ def _free_picks(row: torch.Tensor, k: int, seq: Sequence) -> list[int]:
         return sample(row[None], [seq.sampling], [seq.generator])
     if seq.sampling.temperature == 0:
         return row.topk(min(k, row.numel())).indices.tolist()
-    probs = (row.float() / seq.sampling.temperature).softmax(-1)
+    probs = (row.float().cpu() / seq.sampling.temperature).softmax(-1)  # the generator lives on the CPU
     return torch.multinomial(probs, min(k, int((probs > 0).sum())), replacement=False, generator=seq.generator).tolist()
 
 

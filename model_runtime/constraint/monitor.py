@@ -238,14 +238,15 @@ class Monitor:
             mask = self.compiled.mask(self.state, self.checking, logits.numel())
             if not bool(mask.any()):
                 return []
-            legal = logits.masked_fill(~mask, float("-inf")).topk(min(int(mask.sum()), LAZY_TOP)).indices.tolist()
+            legal = logits.masked_fill(~mask.to(logits.device), float("-inf")).topk(min(int(mask.sum()), LAZY_TOP)).indices.tolist()
         if sampling.temperature == 0:
             return legal[:k]
-        return _draw(logits[legal], legal, k, sampling, generator)
+        return _draw(logits[legal].cpu(), legal, k, sampling, generator)
 
 
 def _draw(logits: torch.Tensor, ids: list[int], k: int, sampling: SamplingParams, generator: torch.Generator | None) -> list[int]:
-    """Draw up to k distinct ids by the tempered, top-k/top-p-truncated distribution over `ids`."""
+    """Draw up to k distinct ids by the tempered, top-k/top-p-truncated distribution over `ids`
+    (`logits`: theirs, on the CPU, where the request's generator lives)."""
     scaled = logits.float() / sampling.temperature
     if 0 < sampling.top_k < scaled.numel():
         scaled = scaled.masked_fill(scaled < scaled.topk(sampling.top_k).values[-1], float("-inf"))
