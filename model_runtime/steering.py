@@ -9,9 +9,10 @@ Invariants:
   sampler does; its candidate's log-probability is read from logits the engine already has.
 - Every candidate's `logprob` is the sum over its tokens of log p(token) under the model's own,
   unconstrained distribution.
-- n-best (`num_candidates = n > 1`): at the first decode step the request branches into the n best
-  legal first tokens (greedy) or n distinct draws (sampled); each branch is a child sequence that
-  references the prompt's KV blocks (`BlockManager.fork`) and decodes on in the same batches. The
+- n-best (`num_candidates = n > 1`): at the first decode step past the heal prefix the request
+  branches into the n best legal tokens (greedy) or n distinct draws (sampled); each branch is a
+  child sequence that references the parent's KV blocks so far (`BlockManager.fork`: the prompt's
+  and the heal tokens') and decodes on in the same batches. The
   parent keeps the best first token, so its own output is the plain request's output. The
   request's `on_done` runs once, after the parent and every child ended; an abort ends them all.
 - Constrained and n-best sequences get no MTP drafts: their tokens come from the monitor.
@@ -124,7 +125,8 @@ class Steering:
     def pick(self, seq: Sequence, logits: torch.Tensor) -> list[int]:
         """This step's token(s) for `seq` from its logits rows (one row unless an MTP draft was fed)."""
         monitor, group = self.monitors.get(seq.request_id), self.groups.get(seq.request_id)
-        branching = group is not None and not group.spawned
+        healing = monitor is not None and monitor.active and bool(monitor.state.heal)
+        branching = group is not None and not group.spawned and not healing
         if monitor is None and not branching:
             return sample(logits, [seq.sampling] * len(logits), [seq.generator] * len(logits))
         row, k = logits[-1], group.n if branching else 1
@@ -142,27 +144,31 @@ class Steering:
             return
         rows = logits[: len(tokens)].float()
         lse = rows.logsumexp(-1)
+        before = self.logprobs[seq.request_id]
         self.logprobs[seq.request_id] += float((rows[torch.arange(len(tokens)), torch.tensor(tokens)] - lse).sum())
         monitor = self.monitors.get(seq.request_id)
         base = monitor.fork() if monitor is not None else None
         if monitor is not None:
             for token in tokens:
                 monitor.advance(token)
+        stem = seq.token_ids[: len(seq.token_ids) - len(tokens)]
         for index, token in enumerate(self.branches.pop(seq.request_id, ()), start=1):
-            self._spawn(seq, token, index, base, float(rows[0, token] - lse[0]))
+            self._spawn(seq, stem, token, index, base, before + float(rows[0, token] - lse[0]))
 
-    def _spawn(self, parent: Sequence, token: int, index: int, base: Monitor | None, logprob: float) -> None:
-        """A child of `parent` whose first output token is `token`, on the prompt's shared blocks."""
+    def _spawn(self, parent: Sequence, stem: list[int], token: int, index: int, base: Monitor | None, logprob: float) -> None:
+        """A child of `parent` that continues `stem` (the parent's tokens before this step, all
+        computed) with `token`, on the parent's shared blocks."""
         engine, group = self.engine, self.groups[parent.request_id]
         request = dataclasses.replace(parent.request, request_id=f"{parent.request_id}#{index}", num_candidates=1)
         child = Sequence(request, None, None, parent.stop_ids)
         try:
-            child.block_table = engine.blocks.fork(parent.block_table, child.prompt_len)
+            child.block_table = engine.blocks.fork(parent.block_table, len(stem))
         except CacheFullError:
             log.info("no KV-cache room for branch %d of %s", index, parent.request_id)
             return
-        child.block_hashes = list(parent.block_hashes[: child.prompt_len // engine.blocks.block_size])
-        child.num_computed, child.status, child.arrival = child.prompt_len, SequenceStatus.RUNNING, parent.arrival
+        child.token_ids = list(stem)
+        child.block_hashes = list(parent.block_hashes[: len(stem) // engine.blocks.block_size])
+        child.num_computed, child.status, child.arrival = len(stem), SequenceStatus.RUNNING, parent.arrival
         child.last_step_at = parent.last_step_at
         if parent.sampling.temperature > 0:
             seed = parent.sampling.seed

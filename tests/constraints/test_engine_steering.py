@@ -158,3 +158,21 @@ def test_mtp_engine_gives_constrained_and_n_best_requests_the_same_output(tiny):
         assert a.token_ids == b.token_ids
         assert [c.token_ids for c in a.candidates] == [c.token_ids for c in b.candidates]
     assert_all_blocks_free(mtp_engine)
+
+
+def test_n_best_with_healing_branches_after_the_heal_prefix(embedded):
+    tok = embedded.tokenizer
+    ids, heal_prefix = heal(tok, fim_ids(tok, PREFIX + "c"), "c")
+    engine = Engine(embedded, CFG)
+    names = ("math", "centroid", "center", "count", "compute", "points", "sum", "len", "main")
+    spec = ConstraintSpec(heal_prefix=heal_prefix, single_line=True, defined_names=names)
+    result = run(engine, GenerationRequest("hb", tuple(ids), SamplingParams(max_tokens=10), constraint=spec, num_candidates=3))
+    assert len(result.candidates) >= 2 and len({c.text for c in result.candidates}) == len(result.candidates)
+    for cand in result.candidates:
+        produced = tok.decode(list(cand.token_ids))
+        assert produced.startswith(heal_prefix) and cand.text == produced[len(heal_prefix):].split("\n")[0]
+    healed = next(i for i in range(1, len(result.token_ids) + 1) if tok.decode(list(result.token_ids[:i])).startswith(heal_prefix))
+    assert len({c.token_ids[:healed] for c in result.candidates}) == 1  # the branches share the heal tokens
+    scores = engine.score(ScoreRequest("s", tuple(ids), tuple(c.token_ids for c in result.candidates)))
+    assert [c.logprob for c in result.candidates] == pytest.approx([s.logprob for s in scores], abs=1e-3)
+    assert_all_blocks_free(engine)
