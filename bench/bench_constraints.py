@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import builtins
 import importlib
+import keyword
 import re
 import statistics
 import time
@@ -57,7 +58,7 @@ def cursors(count: int) -> list[tuple[str, str, str]]:
 
 
 def spec_for(prefix: str, **extra) -> ConstraintSpec:
-    names = set(IDENT.findall(prefix)) | set(dir(builtins))
+    names = (set(IDENT.findall(prefix)) | set(dir(builtins))) - set(keyword.kwlist) - set(keyword.softkwlist)
     scopes = []
     for module in re.findall(r"^import (\w+)$", prefix, re.M):
         try:

@@ -90,8 +90,9 @@ class PyRules:
 
     def __init__(self, defined: tuple[str, ...] | None, scopes: dict[str, tuple[str, ...]], single_line: bool) -> None:
         self.check_names = defined is not None
-        self.names = tuple(sorted(set(defined or ()) | EXPR_KEYWORDS | STRING_PREFIXES))
-        self.defined = frozenset(defined or ()) | EXPR_KEYWORDS
+        defined = set(defined or ()) - frozenset(keyword.kwlist)  # a hard keyword is never a name
+        self.names = tuple(sorted(defined | EXPR_KEYWORDS | STRING_PREFIXES))
+        self.defined = frozenset(defined) | EXPR_KEYWORDS
         self.cont = tuple(sorted(CONT_KEYWORDS))
         self.scope_names = list(scopes)
         self.scope_members = [tuple(sorted(set(scopes[q]))) for q in self.scope_names]

@@ -87,3 +87,11 @@ def test_the_output_may_not_end_on_a_dangling_operator(text, can_end):
         state, why = RULES.step(state, ch)
         assert state is not None, why
     assert RULES.can_end(state) == can_end
+
+
+def test_keywords_given_as_defined_names_stay_keywords():
+    rules = PyRules(NAMES + ("in", "elif"), {}, single_line=False)
+    state = LexState()
+    for ch in "x = ":
+        state, _ = rules.step(state, ch)
+    assert rules.step(state, "e") == (None, "undefined")  # no name but `elif` starts with "e"
