@@ -79,10 +79,28 @@ def test_n_best_candidates_are_distinct_sorted_and_scored_unconstrained(tiny, te
     assert means == sorted(means, reverse=True)
     scores = engine.score(ScoreRequest("s", prompt, tuple(c.token_ids for c in cands)))
     assert [c.logprob for c in cands] == pytest.approx([s.logprob for s in scores], abs=1e-3)
-    if temperature == 0:
-        plain = run(engine, GenerationRequest("p", prompt, sampling))
-        assert result.token_ids == plain.token_ids
-    assert engine.stats().requests_finished == 1 + (temperature == 0)
+    assert result.token_ids == cands[0].token_ids if temperature == 0 else True
+    assert engine.stats().requests_finished == 1
+    assert_all_blocks_free(engine)
+
+
+def test_greedy_n_best_is_a_beam_search(tiny):
+    engine = Engine(tiny, EngineConfig(block_size=16, max_cache_tokens=32768))
+    prompt, n, vocab = tuple(range(20, 60)), 3, tiny.config.vocab_size  # its 3 best first tokens are no stop token
+    result = run(engine, GenerationRequest("beam", prompt, SamplingParams(max_tokens=2), num_candidates=n))
+    first = engine.score(ScoreRequest("first", prompt, tuple((t,) for t in range(vocab))))
+    top_first = sorted(range(vocab), key=lambda t: -first[t].logprob)[:n]
+    assert not set(top_first) & set(tiny.config.eos_token_id)
+    pairs = [(t, u) for t in top_first for u in range(vocab)]
+    scores = engine.score(ScoreRequest("pairs", prompt, tuple(pairs)))
+    best, texts = [], set()
+    for logprob, pair in sorted(zip((s.logprob for s in scores), pairs), reverse=True)[:n]:
+        if tiny.tokenizer.decode(list(pair)) not in texts:  # candidates are distinct texts
+            best.append((logprob, pair))
+            texts.add(tiny.tokenizer.decode(list(pair)))
+    assert [c.token_ids for c in result.candidates] == [p for _, p in best]
+    assert [c.logprob for c in result.candidates] == pytest.approx([lp for lp, _ in best], abs=1e-3)
+    assert result.token_ids == best[0][1]
     assert_all_blocks_free(engine)
 
 
@@ -176,3 +194,12 @@ def test_n_best_with_healing_branches_after_the_heal_prefix(embedded):
     scores = engine.score(ScoreRequest("s", tuple(ids), tuple(c.token_ids for c in result.candidates)))
     assert [c.logprob for c in result.candidates] == pytest.approx([s.logprob for s in scores], abs=1e-3)
     assert_all_blocks_free(engine)
+
+
+def test_a_beam_request_streams_only_its_final_best_text(tiny):
+    engine = Engine(tiny, CFG)
+    events, done = [], []
+    engine.add(GenerationRequest("bs", tuple(range(20, 60)), SamplingParams(max_tokens=5), num_candidates=3), events.append, done.append)
+    engine.run_until_idle()
+    assert len(events) == 1 and events[0].finished
+    assert events[0].text == done[0].text == done[0].candidates[0].text
