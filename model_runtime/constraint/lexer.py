@@ -26,13 +26,15 @@ import keyword
 from bisect import bisect_left
 from typing import NamedTuple
 
-KEYWORDS = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist)
+KEYWORDS = frozenset(keyword.kwlist)  # soft keywords (`match`, `case`, `_`, `type`) are names, but see SOFT_STATEMENTS
+SOFT_STATEMENTS = frozenset({"match", "case"})  # keywords when they start a statement and a space follows
 STRING_PREFIXES = frozenset({"r", "u", "b", "f", "br", "rb", "fr", "rf"})
 EXPR_KEYWORDS = frozenset({"None", "True", "False", "not", "lambda", "await", "yield"})  # may start an expression
 CONT_KEYWORDS = frozenset({"if", "else", "for", "in", "not", "and", "or", "is", "as", "from", "import", "async"})
 OPENERS, CLOSERS = "([{", ")]}"
 PUNCTUATION = frozenset("+-*/%&|^~<>=!.,:;@")
 OPERATORS = frozenset("+-*/%&|^~<>=!@")  # need a right operand
+FOLLOWERS = {"not": "in", "yield": "from"}
 NEEDS_OPERAND = frozenset({"and", "or", "not", "in", "is", "if", "else", "lambda", "await", "assert", "del", "elif", "while", "with"})
 CODE, STRING, COMMENT, DONE = range(4)
 # the kind of the word being written
@@ -67,6 +69,7 @@ class LexState(NamedTuple):
     last: str | None = None  # the dotted name chain of the last operand, if it was one
     operand: bool = False  # the last significant thing was an operand (for call/subscript)
     dangling: bool = False  # the last significant thing was an operator or keyword that needs an operand
+    after: str = ""  # the last word, if a keyword that another may follow (`not in`, `yield from`)
     heal: str = ""  # heal characters still to produce
     own: frozenset[str] = frozenset()  # names the output bound
 
@@ -215,10 +218,10 @@ class PyRules:
             members = self.scope_members[s.scope]
             return _has_prefix(members, word) if partial else _contains(members, word)
         if s.kind == CONT:
-            return _has_prefix(self.cont, word) if partial else word in CONT_KEYWORDS
+            return (_has_prefix(self.cont, word) or word.lower() in STRING_PREFIXES) if partial else word in CONT_KEYWORDS
         if partial:
-            return _has_prefix(self.names, word) or any(n.startswith(word) for n in s.own)
-        return word in self.defined or word in s.own
+            return _has_prefix(self.names, word) or any(n.startswith(word) for n in s.own) or FOLLOWERS.get(s.after, " ").startswith(word)
+        return word in self.defined or word in s.own or FOLLOWERS.get(s.after) == word
 
     def _end_word(self, s: LexState, ch: str, check: bool) -> tuple[LexState | None, str]:
         word, kind = s.word, s.kind
@@ -226,9 +229,12 @@ class PyRules:
             return s._replace(word="", kind=NONE, operand=True, dangling=False, last=None, dot=False), ""
         if ch in "'\"" and word.lower() in STRING_PREFIXES:
             return s._replace(word="", kind=NONE, operand=False, last=None, dot=False), ""
-        keyword = kind in (PENDING, BIND) or (kind == USE and word in EXPR_KEYWORDS) or (kind == CONT and word in CONT_KEYWORDS)
+        expression = word in EXPR_KEYWORDS or FOLLOWERS.get(s.after) == word
+        keyword = kind in (PENDING, BIND, FREE) or (kind == USE and expression) or (kind == CONT and word in CONT_KEYWORDS)
         if word in KEYWORDS and keyword and not s.dot:
             return self._keyword(s._replace(word="", kind=NONE), word), ""
+        if kind == PENDING and word in SOFT_STATEMENTS and ch in " \t":  # `match x:` / `case <pattern>:`
+            return s._replace(word="", kind=NONE, operand=False, last=None, ctx=C_USE, exempt=word == "case"), ""
         if check and kind in (USE, MEMBER, CONT) and not self._word_ok(s, word, False):
             return None, "member" if kind == MEMBER else "undefined"
         s = s._replace(word="", kind=NONE, scope=-1)
@@ -242,7 +248,10 @@ class PyRules:
         return s._replace(ctx=C_USE) if s.ctx in (C_STMT, C_KWARG) else s, ""
 
     def _keyword(self, s: LexState, word: str) -> LexState:
-        s = s._replace(operand=word in ("None", "True", "False"), dangling=word in NEEDS_OPERAND, last=None, dot=False)
+        s = s._replace(operand=word in ("None", "True", "False"), dangling=word in NEEDS_OPERAND, last=None, dot=False,
+                       after=word if word in FOLLOWERS else "")
+        if word == "async":  # `async def` / `async for` / `async with`: the next keyword decides
+            return s._replace(dangling=False)
         if word in ("def", "class"):
             return s._replace(ctx=C_DEFNAME if word == "def" else C_BIND)
         if word in ("as", "global", "nonlocal"):
@@ -269,6 +278,8 @@ class PyRules:
     # ---- code punctuation -------------------------------------------------------------------
     def _code(self, s: LexState, ch: str, check: bool) -> tuple[LexState | None, str]:
         empty, s = s.empty_quote, s._replace(empty_quote="")
+        if s.after and ch not in " \t\\\r":
+            s = s._replace(after="")
         if check and s.dot:  # only a member name may follow `name.`
             return None, "member" if s.last in self.scope_names else "undefined"
         if ch in " \t\\\r":
