@@ -14,6 +14,9 @@ Invariants:
 - KV blocks evicted from the device pool go to host RAM, then to the workspace's disk store
   once `open_workspace` bound one (`model_runtime.kvstore`); after `IDLE_PERSIST_S` without work
   the engine thread writes unsaved blocks to disk in small batches, and `shutdown` writes the rest.
+- Token picks, their log-probabilities and each request's final result go through
+  `model_runtime.steering` (constraint monitors, n-best branches); a plain request picks exactly
+  as the sampler does, and constrained or n-best requests get no MTP drafts.
 """
 
 from __future__ import annotations
