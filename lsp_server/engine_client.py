@@ -20,6 +20,7 @@ import enum
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from model_runtime.api import (
     EngineProtocol,
@@ -34,6 +35,9 @@ from model_runtime.tokenizer import GlmTokenizer
 
 from .errors import GenerationFailed, ModelUnavailable
 from .tokens import SafeTokenizer
+
+if TYPE_CHECKING:
+    from model_runtime.remote.config import RemoteConfig
 
 log = logging.getLogger(__name__)
 
@@ -59,11 +63,13 @@ class RuntimeOptions:
     """How the runtime runs the model: its device, the weights' dtype (`auto`: float32 on the CPU,
     exact and the fast path for small models there; bfloat16 on an accelerator), and whether
     greedy requests decode speculatively with the MTP layer (same output; pays off where
-    verifying two tokens costs about one step, i.e. not on a small CPU)."""
+    verifying two tokens costs about one step, i.e. not on a small CPU). With `remote`, the
+    model runs behind an OpenAI-compatible endpoint instead (`model_runtime.remote`)."""
 
     device: str = "cpu"
     dtype: str = "auto"
     mtp: bool = False
+    remote: RemoteConfig | None = None
 
     def resolved_dtype(self) -> str:
         if self.dtype != "auto":
@@ -75,7 +81,10 @@ ModelLoader = Callable[[str, RuntimeOptions], ModelHandle]  # (checkpoint dir, r
 
 
 def load_runtime(path: str, runtime: RuntimeOptions) -> ModelHandle:
-    """Load a checkpoint into the in-process runtime (imports torch; call off the event loop)."""
+    """Load a checkpoint into the in-process runtime (imports torch; call off the event loop),
+    or connect to the remote engine of `runtime.remote` (no torch; `path`: its tokenizer, or "")."""
+    if runtime.remote is not None:
+        return load_remote(path, runtime.remote)
     from model_runtime import load_model
     from model_runtime.config import EngineConfig
 
@@ -84,6 +93,14 @@ def load_runtime(path: str, runtime: RuntimeOptions) -> ModelHandle:
         raise ValueError(f"{path}: the checkpoint has no usable tokenizer.json")
     engine = loaded.engine(EngineConfig(use_mtp=runtime.mtp))
     return ModelHandle(engine, loaded.tokenizer, path, loaded.config.max_position_embeddings)
+
+
+def load_remote(path: str, config: RemoteConfig) -> ModelHandle:
+    """Connect to an OpenAI-compatible engine; the tokenizer from `path` if given, else its /tokenize."""
+    from model_runtime.remote.connect import connect
+
+    remote = connect(config, path or None)
+    return ModelHandle(remote.engine, remote.tokenizer, config.base_url, remote.context_length)
 
 
 def embedded_model_path() -> str | None:

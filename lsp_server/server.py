@@ -28,6 +28,7 @@ from context.index import WorkspaceIndex
 from context.positions import Position
 from context.watcher import IndexWatcher
 from lsprotocol import types
+from model_runtime.remote.config import RemoteConfig
 from pygls.lsp.server import LanguageServer
 
 from . import __version__, pipeline
@@ -50,7 +51,7 @@ log = logging.getLogger(__name__)
 class Glm5Server(LanguageServer):
     def __init__(
         self, loader: ModelLoader = load_runtime, model: str | None = None, device: str | None = None, dtype: str | None = None,
-        mtp: bool = False,
+        mtp: bool = False, engine_url: RemoteConfig | None = None,
     ) -> None:
         super().__init__(
             name="glm5-lsp",
@@ -62,6 +63,7 @@ class Glm5Server(LanguageServer):
         self.cli_device = device
         self.cli_dtype = dtype
         self.cli_mtp = mtp
+        self.cli_engine = engine_url
         self.settings = ServerSettings()
         self.documents: dict[str, Document] = {}
         self.cursors = CursorTracker()
@@ -91,6 +93,7 @@ class Glm5Server(LanguageServer):
     def runtime_options(self) -> RuntimeOptions:
         return RuntimeOptions(
             self.cli_device or self.settings.device, self.cli_dtype or self.settings.dtype, self.cli_mtp or self.settings.mtp,
+            self.cli_engine or self.settings.engine,
         )
 
     def snapshot(self, uri: str) -> DocumentSnapshot:
@@ -155,10 +158,10 @@ class Glm5Server(LanguageServer):
 
 def build_server(
     model: str | None = None, device: str | None = None, loader: ModelLoader = load_runtime, dtype: str | None = None,
-    mtp: bool = False,
+    mtp: bool = False, engine_url: RemoteConfig | None = None,
 ) -> Glm5Server:
     from .features import register_all
 
-    server = Glm5Server(loader=loader, model=model, device=device, dtype=dtype, mtp=mtp)
+    server = Glm5Server(loader=loader, model=model, device=device, dtype=dtype, mtp=mtp, engine_url=engine_url)
     register_all(server)
     return server

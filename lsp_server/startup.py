@@ -43,7 +43,10 @@ PREFILL_FILES = 4
 
 
 def locate_model(ls: Glm5Server) -> str | None:
-    """--model, else initializationOptions.model, else the embedded default (worker thread)."""
+    """--model, else initializationOptions.model, else the embedded default (worker thread).
+    With a remote engine: the model directory for its tokenizer, else "" (the engine's /tokenize)."""
+    if ls.runtime_options.remote is not None:
+        return ls.model_path or ""
     return ls.model_path or embedded_model_path()
 
 
