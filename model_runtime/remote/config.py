@@ -14,6 +14,7 @@ Invariants:
 from __future__ import annotations
 
 import os
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -53,9 +54,10 @@ class RemoteConfig:
         """The key from the named environment variable (None when unset or not configured)."""
         return os.environ.get(self.api_key_env) or None if self.api_key_env else None
 
-    def verify(self) -> str | bool:
-        """httpx's `verify`: the CA bundle, else SSL_CERT_FILE, else the default store."""
-        return self.ca_bundle or os.environ.get("SSL_CERT_FILE") or True
+    def verify(self) -> ssl.SSLContext | bool:
+        """httpx's `verify`: trust the CA bundle, else SSL_CERT_FILE, else the default store."""
+        cafile = self.ca_bundle or os.environ.get("SSL_CERT_FILE")
+        return ssl.create_default_context(cafile=cafile) if cafile else True
 
     @classmethod
     def from_options(cls, raw: Any) -> RemoteConfig:

@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
+import signal
 import socket
 import sys
+from collections.abc import Iterator
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -92,13 +95,32 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _server_class():
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, except that SIGINT/SIGTERM end `serve` without re-raising the signal
+        afterwards, so `main` still stops the engine and persists the KV cache."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+
+    return Server
+
+
 async def _serve(service, api_key: str | None, sock: socket.socket) -> None:
     import uvicorn
 
     from model_runtime.serve.app import build_app
 
     config = uvicorn.Config(build_app(service, api_key), log_level="warning", timeout_graceful_shutdown=3, lifespan="off")
-    server = uvicorn.Server(config)
+    server = _server_class()(config)
     host, port = sock.getsockname()[:2]
     url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
     print(f"glm5-serve: listening on {url} (model {service.name})", flush=True)

@@ -136,7 +136,10 @@ class EngineService:
             values.append(float(row[ids[pos]]))
             if top > 0:
                 best = torch.topk(row, min(top, row.numel()))
-                tops.append({self.decode([int(i)]): float(v) for v, i in zip(best.values, best.indices, strict=True)})
+                top_row: dict[str, float] = {}
+                for v, i in zip(best.values.tolist(), best.indices.tolist(), strict=True):
+                    top_row.setdefault(self.decode([i]), v)  # tokens that read alike keep the best
+                tops.append(top_row)
             else:
                 tops.append(None)
         return TokenLogprobs(tokens, values, tops)
