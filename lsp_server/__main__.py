@@ -97,6 +97,7 @@ def setup_logging(log_file: str | None, level: str) -> None:
     if level != "DEBUG":  # pygls logs every message body at INFO
         logging.getLogger("pygls").setLevel(max(logging.WARNING, logging.getLevelName(level)))
     logging.getLogger("watchdog").setLevel(logging.WARNING)  # one line per inotify event otherwise
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request to a remote engine otherwise
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -173,7 +173,7 @@ class EngineClient:
             return self._loader(path, runtime).safe()
         except Exception as exc:
             log.exception("model load failed: %s", path)
-            raise ModelUnavailable(f"cannot load model from {path}: {exc}") from exc
+            raise ModelUnavailable(f"cannot load model from {path or 'the remote engine'}: {exc}") from exc
 
     async def ready(self) -> ModelHandle:
         """The loaded model; waits for a load in progress. Raises ModelUnavailable otherwise."""

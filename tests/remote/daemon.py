@@ -25,8 +25,11 @@ class Daemon:
         self.process, self.url, self.log, self.key = process, url, log, key
 
     @classmethod
-    def start(cls, model: Path, log: Path, port: int = 0, api_key: str | None = None, timeout: float = 120.0, extra: list[str] | None = None) -> Daemon:
-        env = dict(os.environ)
+    def start(
+        cls, model: Path, log: Path, port: int = 0, api_key: str | None = None, timeout: float = 120.0,
+        extra: list[str] | None = None, env: dict[str, str] | None = None,
+    ) -> Daemon:
+        env = {**os.environ, **(env or {})}
         env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
         argv = [sys.executable, "-m", "model_runtime", "serve", "--model", str(model), "--port", str(port), *(extra or [])]
         if api_key is not None:
