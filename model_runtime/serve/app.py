@@ -28,16 +28,13 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from model_runtime.api import FinishReason, GenerationRequest, GenerationResult, StreamEvent
+from model_runtime.api import FinishReason, GenerationRequest, GenerationResult
 from model_runtime.serve import protocol
 from model_runtime.serve.metrics import render_metrics
 from model_runtime.serve.protocol import ApiError, CompletionParams
 from model_runtime.serve.service import EngineService
 
 log = logging.getLogger(__name__)
-
-Handler = Callable[[Request], Awaitable[Response]]
-
 
 def build_app(service: EngineService, api_key: str | None = None) -> ASGIApp:
     def route(path: str, handler: Callable[[Request, EngineService], Awaitable[Response]], method: str) -> Route:

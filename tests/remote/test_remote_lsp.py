@@ -12,7 +12,6 @@ from pathlib import Path
 
 import msgpack
 import pytest
-import pytest_asyncio
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
