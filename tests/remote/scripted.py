@@ -56,15 +56,20 @@ def good(text: str = "return a + b") -> Answer:
 
 
 class Scripted:
-    def __init__(self, answers: list[Answer]) -> None:
+    """`tls`: (certificate file, key file) to serve https instead of http."""
+
+    def __init__(self, answers: list[Answer], tls: tuple[str, str] | None = None) -> None:
         self.answers = answers
         self.requests: list[dict[str, Any]] = []
         self._sock = socket.socket()
         self._sock.bind(("127.0.0.1", 0))
         self._sock.listen(16)
-        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self._sock.getsockname()[1]}"
         app = Starlette(routes=[Route("/v1/models", self._models), Route("/v1/completions", self._complete, methods=["POST"])])
-        self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1))
+        certfile, keyfile = tls or (None, None)
+        self._server = uvicorn.Server(uvicorn.Config(
+            app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1, ssl_certfile=certfile, ssl_keyfile=keyfile,
+        ))
         self._thread = threading.Thread(target=lambda: asyncio.run(self._server.serve(sockets=[self._sock])), daemon=True)
 
     def __enter__(self) -> Scripted:
