@@ -64,8 +64,7 @@ async def start_up(ls: Glm5Server) -> None:
 
 async def build_index(ls: Glm5Server, roots: list[Path]) -> None:
     """Index `roots` on a worker thread, then swap it in and (re)start the watcher."""
-    ls.index_generation += 1
-    generation = ls.index_generation
+    generation = ls.state.begin_index_build()
     index = WorkspaceIndex(roots)
     loop = asyncio.get_running_loop()
     try:
@@ -89,13 +88,10 @@ async def build_index(ls: Glm5Server, roots: list[Path]) -> None:
         ls.window_log_message(types.LogMessageParams(type=types.MessageType.Error, message=f"glm5: indexing failed: {exc}"))
         ls.index_ready.set()
         return
-    if generation != ls.index_generation:
+    if not ls.state.install_index(generation, index):
         return  # the roots changed meanwhile; a newer build is running
-    if ls.watcher is not None:
-        ls.watcher.stop()
-    ls.index = index
-    ls.watcher = IndexWatcher(index, lambda paths: _call_soon(loop, ls.analysis.refresh_all))
-    ls.watcher.start()
+    ls.state.watcher = IndexWatcher(index, lambda paths: _call_soon(loop, ls.analysis.refresh_all))
+    ls.state.watcher.start()
     ls.index_ready.set()
     ls.analysis.refresh_all()  # re-apply unsaved open documents over what was read from disk
 

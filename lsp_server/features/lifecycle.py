@@ -35,7 +35,7 @@ def register(ls: Glm5Server) -> None:
         ls.cache = CompletionCache(ls.settings.cache_size)
         for problem in problems:
             ls.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning, message=f"glm5: {problem}"))
-        ls.roots = workspace_roots(params)
+        ls.state.set_roots(workspace_roots(params))
         log.info("initialize: roots %s, settings %s", ls.roots, ls.settings)
 
     @ls.feature(types.INITIALIZED)
