@@ -25,7 +25,7 @@ from context.index import WorkspaceIndex
 from context.symbols import undeclared_symbols
 from lsprotocol import types
 
-from .convert import lsp_range
+from .encoding import PositionEncoding
 
 if TYPE_CHECKING:
     from .server import Glm5Server
@@ -67,7 +67,9 @@ class Analysis:
         snapshot = self._ls.snapshot(uri)
         own_tree = replace(snapshot, tree=snapshot.tree.copy()) if snapshot.tree is not None else snapshot
         try:  # tree-sitter trees are not thread-safe: the worker reads its own (shallow) copy
-            diagnostics = await asyncio.to_thread(self._compute, own_tree, self._ls.index, self._ls.settings.diagnostics)
+            diagnostics = await asyncio.to_thread(
+                self._compute, own_tree, self._ls.index, self._ls.settings.diagnostics, self._ls.state.encoding
+            )
         except Exception:
             log.exception("analysis of %s failed", uri)
             return
@@ -77,7 +79,9 @@ class Analysis:
             )
 
     @staticmethod
-    def _compute(snapshot: DocumentSnapshot, index: WorkspaceIndex | None, enabled: bool) -> list[types.Diagnostic]:
+    def _compute(
+        snapshot: DocumentSnapshot, index: WorkspaceIndex | None, enabled: bool, encoding: PositionEncoding
+    ) -> list[types.Diagnostic]:
         """Worker thread: refresh the index with the editor's text, find undeclared symbols."""
         if index is not None and snapshot.path is not None:
             index.update_buffer(Path(snapshot.path), snapshot.text)
@@ -88,7 +92,7 @@ class Analysis:
             return []
         return [
             types.Diagnostic(
-                range=lsp_range(symbol.range),
+                range=encoding.range_out(snapshot.lines, symbol.range),
                 message=f"`{symbol.name}` is not declared",
                 severity=types.DiagnosticSeverity.Warning,
                 source=SOURCE,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -67,6 +68,19 @@ class WorkspaceState:
         """The current text of an open document (for position conversion), None if not open."""
         document = self.documents.get(uri)
         return document.snapshot().lines if document is not None else None
+
+    def file_lines(self, path: str) -> TextIndex | None:
+        """The text of `path` as the client sees it: its open document, else the file on disk
+        (None when unreadable). For converting positions in other files (locations, snippets)."""
+        normal = os.path.normpath(path)
+        for document in self.documents.values():
+            if document.path == normal:
+                return document.snapshot().lines
+        try:
+            with open(normal, encoding="utf-8", errors="surrogateescape") as file:
+                return TextIndex(file.read())
+        except OSError:
+            return None
 
     def open(self, uri: str, language_id: str, version: int, text: str) -> Document:
         document = self.documents[uri] = Document(uri, language_id, version, text)

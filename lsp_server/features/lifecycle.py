@@ -1,7 +1,7 @@
 """initialize / initialized / shutdown.
 
-- initialize: read `initializationOptions` (settings, `streaming`, `model`) and the workspace
-  roots (folders, else rootUri/rootPath). Bad option values are reported to the user and the
+- initialize: read `initializationOptions` (settings, `streaming`, `model`), the workspace
+  roots (folders, else rootUri/rootPath) and the position encoding pygls negotiated. Bad option values are reported to the user and the
   defaults kept; the server still starts.
 - initialized: start loading the model at once (so completions wait for it rather than fail),
   then run the background start-up (index, watcher, warm-up) as a task.
@@ -19,6 +19,7 @@ from context.document import path_from_uri
 from lsprotocol import types
 
 from ..completion_cache import CompletionCache
+from ..encoding import UTF16, PositionEncoding
 from ..settings import parse_settings
 from ..startup import locate_model, start_up
 
@@ -36,6 +37,7 @@ def register(ls: Glm5Server) -> None:
         for problem in problems:
             ls.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning, message=f"glm5: {problem}"))
         ls.state.set_roots(workspace_roots(params))
+        ls.state.encoding = PositionEncoding(str(ls.workspace.position_encoding or UTF16))
         log.info("initialize: roots %s, settings %s", ls.roots, ls.settings)
 
     @ls.feature(types.INITIALIZED)
