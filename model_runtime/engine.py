@@ -49,6 +49,7 @@ log = logging.getLogger(__name__)
 
 IDLE_PERSIST_S = 1.0  # idle time before unsaved KV blocks are written to the workspace's disk store
 IDLE_PERSIST_BLOCKS = 16  # blocks written per idle batch (the command queue is checked between)
+WAIT_S = 600.0  # the longest any caller waits for the engine thread (a call, a prefill, a warm-up forward)
 
 
 class Engine:
@@ -142,25 +143,32 @@ class Engine:
     def cache_stats(self) -> dict[str, int]:
         return self.call(self.tiers.stats)
 
-    def prefill(self, prompt_ids: Iterable[int]) -> GenerationResult:
+    def prefill(self, prompt_ids: Iterable[int], timeout: float = WAIT_S) -> GenerationResult:
         """Only fill the KV cache with `prompt_ids` (nothing is sampled), at low priority, and wait
         for it: warms the stable shared context of a workspace so the first completion reuses it."""
-        if self._thread is not None and threading.current_thread() is self._thread:
-            raise RuntimeError("prefill waits for the engine thread, so it cannot run on it")
         request = GenerationRequest(f"prefill-{next(self._prefill_ids)}", tuple(prompt_ids), SamplingParams(max_tokens=1), priority=-1)
+        self._prefill_only.add(request.request_id)
+        return self.run(request, timeout)
+
+    def run(self, request: GenerationRequest, timeout: float = WAIT_S) -> GenerationResult:
+        """Submit `request` and wait for its result (never on the engine thread). After `timeout`
+        seconds it is aborted and TimeoutError raised."""
+        if self._thread is not None and threading.current_thread() is self._thread:
+            raise RuntimeError("run waits for the engine thread, so it cannot run on it")
         done, box = threading.Event(), []
 
         def finished(result: GenerationResult) -> None:
             box.append(result)
             done.set()
 
-        self._prefill_only.add(request.request_id)
         if self._thread is None:
             self.add(request, None, finished)
             self.run_until_idle()
         else:
             self.submit(request, None, finished)
-            done.wait()
+            if not done.wait(timeout):
+                self.abort(request.request_id)
+                raise TimeoutError(f"{request.request_id}: no result from the engine within {timeout:g} s")
         return box[0]
 
     # ---- engine thread ----------------------------------------------------------------------
