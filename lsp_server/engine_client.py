@@ -41,6 +41,8 @@ from .tokens import SafeTokenizer
 
 log = logging.getLogger(__name__)
 
+WAIT_S = 600.0  # the longest a generation is awaited (the engine answers every request; this bounds a bug)
+
 
 @dataclass(frozen=True, slots=True)
 class ModelHandle:
@@ -206,10 +208,13 @@ class EngineClient:
         except Exception as exc:
             raise GenerationFailed(f"engine rejected request {request.request_id}: {exc}") from exc
         try:
-            result = await done
+            result = await asyncio.wait_for(asyncio.shield(done), WAIT_S)
         except asyncio.CancelledError:
             handle.engine.abort(request.request_id)
             raise
+        except TimeoutError as exc:
+            handle.engine.abort(request.request_id)
+            raise GenerationFailed(f"no result for {request.request_id} within {WAIT_S:g} s") from exc
         if result.finish_reason is FinishReason.ERROR:
             raise GenerationFailed(f"generation failed: {result.error or 'unknown engine error'}")
         return result
