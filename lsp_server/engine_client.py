@@ -246,8 +246,9 @@ class EngineClient:
     def stats(self) -> EngineStats | None:
         return self._handle.engine.stats() if self._handle is not None else None
 
-    def cache_stats(self) -> dict[str, int]:
-        return self._handle.engine.cache_stats() if self._handle is not None else {}
+    async def cache_stats(self) -> dict[str, int]:
+        """The engine's KV cache counters (off the loop: the engine answers between steps)."""
+        return await asyncio.to_thread(self._handle.engine.cache_stats) if self._handle is not None else {}
 
     async def open_workspace(self, roots: list[str]) -> str | None:
         """Bind the engine's persistent KV store to these roots (off the loop); None without a model."""

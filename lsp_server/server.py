@@ -138,11 +138,22 @@ class Glm5Server(LanguageServer):
             if announce and self._busy == 0:
                 send_status(self, "ready")
 
-    def background(self, work: Coroutine[Any, Any, Any]) -> None:
-        """Run `work` as a task the server keeps a reference to until it ends."""
+    def background(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """Run `work` as a task the server keeps a reference to until it ends; its failure is
+        logged (a typed error as a warning, anything else with its traceback)."""
         task = asyncio.ensure_future(work)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if task.cancelled() or (error := task.exception()) is None:
+            return
+        if isinstance(error, Glm5Error):
+            log.warning("background task %s: %s", task.get_name(), error)
+        else:
+            log.error("background task %s failed: %s", task.get_name(), error, exc_info=error)
 
     def prepare(self, snapshot: DocumentSnapshot, position: Position, handle: ModelHandle, force: bool = False) -> Prepared:
         """The completion pipeline's request for `position`, with all of the server's context."""

@@ -50,7 +50,7 @@ def register(ls: Glm5Server) -> None:
         return await explain(ls, uri, position)
 
     @ls.command("glm5.stats")
-    def stats(ls: Glm5Server, *args: Any) -> dict[str, Any]:
+    async def stats(ls: Glm5Server, *args: Any) -> dict[str, Any]:
         recent = args[0].get("recent", 0) if args and isinstance(args[0], Mapping) else 0
         if not isinstance(recent, int) or recent < 0:
             raise InvalidParams(f"glm5.stats: recent must be a non-negative integer, got {recent!r}")
@@ -63,7 +63,7 @@ def register(ls: Glm5Server) -> None:
                 "path": ls.engine.handle.path if ls.engine.handle is not None else ls.model_path,
             },
             "engine": asdict(engine) if engine is not None else None,
-            "kvCache": ls.engine.cache_stats(),
+            "kvCache": await ls.engine.cache_stats(),
             "index": _index_summary(ls),
         }
 

@@ -21,7 +21,7 @@ from lsprotocol import types
 from ..completion_cache import CompletionCache
 from ..encoding import UTF16, PositionEncoding
 from ..settings import parse_settings
-from ..startup import locate_model, start_up
+from ..startup import locate_model, run_start_up
 
 if TYPE_CHECKING:
     from ..server import Glm5Server
@@ -43,7 +43,7 @@ def register(ls: Glm5Server) -> None:
     @ls.feature(types.INITIALIZED)
     def initialized(ls: Glm5Server, params: types.InitializedParams) -> None:
         ls.engine.start_loading(lambda: locate_model(ls), ls.runtime_options)
-        ls.startup_task = asyncio.ensure_future(start_up(ls))
+        ls.startup_task = ls.background(run_start_up(ls))
 
     @ls.feature(types.SHUTDOWN)
     async def shutdown(ls: Glm5Server, params: None) -> None:
