@@ -185,6 +185,7 @@ class EngineStats:
     generated_tokens: int = 0
     spec_drafted: int = 0  # MTP draft tokens proposed
     spec_accepted: int = 0  # MTP draft tokens accepted by the main model
+    engine_restarts: int = 0  # times the engine thread recovered from an exception (its requests failed)
 
 
 @dataclass(frozen=True, slots=True)
