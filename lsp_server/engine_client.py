@@ -242,8 +242,11 @@ class EngineClient:
         """Score continuations of one prompt (off the loop). An engine failure or timeout becomes
         `GenerationFailed`; an engine without scoring raises NotImplementedError."""
         handle = await self.ready()
+        score = getattr(handle.engine, "score", None)
+        if score is None:
+            raise NotImplementedError(f"this engine ({type(handle.engine).__name__}) does not score continuations")
         try:
-            return await asyncio.to_thread(handle.engine.score, request, timeout)
+            return await asyncio.to_thread(score, request, timeout)
         except NotImplementedError:
             raise
         except (RuntimeError, TimeoutError, ValueError) as exc:

@@ -49,3 +49,14 @@ async def test_client_score_lets_an_engine_without_scoring_say_so(tokenizer):
     client = await client_for(RefusingEngine(NotImplementedError("remote engines do not score")), tokenizer)
     with pytest.raises(NotImplementedError):
         await client.score(ScoreRequest("s", (1,), ((2,),)))
+
+
+class EngineWithoutScore:
+    def shutdown(self) -> None:
+        pass
+
+
+async def test_client_score_on_an_engine_without_the_method_raises_not_implemented(tokenizer):
+    client = await client_for(EngineWithoutScore(), tokenizer)
+    with pytest.raises(NotImplementedError, match="EngineWithoutScore"):
+        await client.score(ScoreRequest("s", (1,), ((2,),)))
