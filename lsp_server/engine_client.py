@@ -27,11 +27,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from model_runtime.api import (
+    ContinuationScore,
     EngineProtocol,
     EngineStats,
     FinishReason,
     GenerationRequest,
     GenerationResult,
+    ScoreRequest,
     StreamEvent,
     WarmupReport,
 )
@@ -235,6 +237,20 @@ class EngineClient:
         if result.finish_reason is FinishReason.ERROR:
             raise GenerationFailed(f"generation failed: {result.error or 'unknown engine error'}")
         return result
+
+    async def score(self, request: ScoreRequest, timeout: float = 30.0) -> list[ContinuationScore]:
+        """Score continuations of one prompt (off the loop). An engine failure or timeout becomes
+        `GenerationFailed`; an engine without scoring raises NotImplementedError."""
+        handle = await self.ready()
+        score = getattr(handle.engine, "score", None)
+        if score is None:
+            raise NotImplementedError(f"this engine ({type(handle.engine).__name__}) does not score continuations")
+        try:
+            return await asyncio.to_thread(score, request, timeout)
+        except NotImplementedError:
+            raise
+        except (RuntimeError, TimeoutError, ValueError) as exc:
+            raise GenerationFailed(f"scoring {request.request_id} failed: {exc}") from exc
 
     def abort(self, request_id: str) -> None:
         """Stop a request early (its `generate` returns the text so far, reason ABORT), also one
