@@ -11,6 +11,9 @@ Invariants:
 - torch is imported only by the loader, on a worker thread, when the first model is needed:
   importing this module never imports torch.
 - One model at a time: concurrent `load` calls share a single load.
+- Start-up order: once start-up announced a persistent KV store (`expect_store`), `generate`
+  waits for it to be bound (at most `store_wait_s`), so the first completion after a restart
+  reuses the blocks a previous session persisted instead of racing the binding.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ from .errors import GenerationFailed, ModelUnavailable
 from .tokens import SafeTokenizer
 
 log = logging.getLogger(__name__)
+
+STORE_WAIT_S = 10.0  # the longest a completion waits for the persistent KV store during start-up
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +117,8 @@ class EngineClient:
         self._handle: ModelHandle | None = None
         self._loading: asyncio.Future[ModelHandle] | None = None
         self._warming: asyncio.Event | None = None  # set when a running warm-up ends
+        self._store: asyncio.Event | None = None  # set when the announced KV store is bound (or failed)
+        self.store_wait_s = STORE_WAIT_S
         self._closed = False
         self.state = ModelState.UNLOADED
         self.error: str | None = None
@@ -175,6 +182,7 @@ class EngineClient:
         `GenerationFailed`; an abort from elsewhere returns the result with reason ABORT.
         """
         handle = await self.ready()
+        await self._store_bound()
         if self._warming is not None:
             await self._warming.wait()
         loop = asyncio.get_running_loop()
@@ -235,11 +243,29 @@ class EngineClient:
     def cache_stats(self) -> dict[str, int]:
         return self._handle.engine.cache_stats() if self._handle is not None else {}
 
+    def expect_store(self) -> None:
+        """From now on `generate` waits (bounded) for the next `open_workspace` to finish."""
+        if self._store is None or self._store.is_set():
+            self._store = asyncio.Event()
+
+    async def _store_bound(self) -> None:
+        if self._store is None or self._store.is_set():
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(self._store.wait()), self.store_wait_s)
+        except TimeoutError:
+            log.warning("the KV store was not bound within %.1f s; completing without it", self.store_wait_s)
+
     async def open_workspace(self, roots: list[str]) -> str | None:
-        """Bind the engine's persistent KV store to these roots (off the loop); None without a model."""
-        if self._handle is None:
-            return None
-        return await asyncio.to_thread(self._handle.engine.open_workspace, roots)
+        """Bind the engine's persistent KV store to these roots (off the loop); None without a model.
+        Ends the wait of `expect_store`, whether or not binding succeeded."""
+        try:
+            if self._handle is None:
+                return None
+            return await asyncio.to_thread(self._handle.engine.open_workspace, roots)
+        finally:
+            if self._store is not None:
+                self._store.set()
 
     async def prefill(self, prompt_ids: list[int]) -> GenerationResult | None:
         """Fill the KV cache with a stable prompt prefix, without generating (off the loop)."""

@@ -7,6 +7,7 @@ environment variable GLM5_FAKE, a JSON object:
              prompt (special tokens included) gives the reply
     step_s   seconds per decode step (default 0.0)
     load_s   seconds the model takes to load (default 0.0)
+    store_s  seconds binding the workspace's KV store takes (default 0.0)
     fail     make loading fail with this message
     no_model start without any model (no --model, no embedded default)
     log      log file path
@@ -44,7 +45,7 @@ def main() -> None:
         time.sleep(config.get("load_s", 0.0))
         if config.get("fail"):
             raise RuntimeError(config["fail"])
-        return ModelHandle(FakeEngine(tokenizer, script, step_s=config.get("step_s", 0.0)), tokenizer, path, 8192)
+        return ModelHandle(FakeEngine(tokenizer, script, step_s=config.get("step_s", 0.0), store_s=config.get("store_s", 0.0)), tokenizer, path, 8192)
 
     if config.get("no_model"):
         startup.embedded_model_path = lambda: None  # as on an installation without the embedded model
