@@ -28,6 +28,7 @@ from model_runtime.tokenizer import GlmTokenizer
 from .settings import ServerSettings
 
 RECENT_EDITS = 16
+MULTILINE_MIN_CONFIDENCE = 0.05  # past its first line, a block stops where the model is this unsure
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +63,8 @@ def sampling_for(kind: CompletionKind, settings: ServerSettings, seed: int | Non
         temperature=settings.temperature,
         seed=seed,
         stop_strings=("\n",) if single else (),
+        max_decode_ms=settings.max_decode_ms,
+        min_confidence=0.0 if single else MULTILINE_MIN_CONFIDENCE,
     )
 
 
