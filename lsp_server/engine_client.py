@@ -116,7 +116,6 @@ class EngineClient:
         self._loader = loader
         self._handle: ModelHandle | None = None
         self._loading: asyncio.Future[ModelHandle] | None = None
-        self._warming: asyncio.Event | None = None  # set when a running warm-up ends
         self._store: asyncio.Event | None = None  # set when the announced KV store is bound (or failed)
         self.store_wait_s = STORE_WAIT_S
         self._closed = False
@@ -183,8 +182,6 @@ class EngineClient:
         """
         handle = await self.ready()
         await self._store_bound()
-        if self._warming is not None:
-            await self._warming.wait()
         loop = asyncio.get_running_loop()
         done: asyncio.Future[GenerationResult] = loop.create_future()
 
@@ -221,7 +218,8 @@ class EngineClient:
     ) -> WarmupReport:
         """Run the engine's warm-up off the loop; `progress` is called on the loop.
 
-        Generation requests made meanwhile wait until it ends.
+        Generation requests made meanwhile do not wait for it: they run first (the warm-up's
+        requests have a lower priority, and it stops starting new ones while a completion runs).
         """
         handle = await self.ready()
         loop = asyncio.get_running_loop()
@@ -230,12 +228,7 @@ class EngineClient:
             if progress is not None:
                 _call_soon(loop, progress, fraction, message)
 
-        warming = self._warming = asyncio.Event()
-        try:
-            return await asyncio.to_thread(handle.engine.warmup, texts, on_progress)
-        finally:
-            warming.set()
-            self._warming = None
+        return await asyncio.to_thread(handle.engine.warmup, texts, on_progress)
 
     def stats(self) -> EngineStats | None:
         return self._handle.engine.stats() if self._handle is not None else None

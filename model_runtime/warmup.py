@@ -6,7 +6,8 @@ the MTP layer, and leave the shared context in the prefix cache.
 
 Invariant: runs on the engine thread through the normal request path (so it warms exactly what
 completions use), draining the engine's command queue between steps so user requests and
-aborts are never starved.
+aborts are never starved; its requests have priority -1, and it starts no new warm-up prompt
+while a user's request (priority >= 0) is waiting or running: the user's completion goes first.
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ def _warm(engine: Engine, prompts: list[list[int]], progress: ProgressCallback |
     forwards = tokens = 0
     try:
         for i, ids in enumerate(prompts):
+            if _user_waiting(engine):
+                break
             done: list = []
             engine.add(GenerationRequest(f"warmup-{i}", tuple(ids), SamplingParams(max_tokens=4), priority=-1), None, done.append)
             while not done:
@@ -65,3 +68,8 @@ def _warm(engine: Engine, prompts: list[list[int]], progress: ProgressCallback |
             h.remove()
     total = sum(g.weight.shape[0] for g in gates)
     return WarmupReport(forwards, tokens, len(hit), total, time.perf_counter() - start)
+
+
+def _user_waiting(engine: Engine) -> bool:
+    engine._drain(block=False)
+    return any(s.request.priority >= 0 for s in (*engine.scheduler.waiting, *engine.scheduler.running))

@@ -59,3 +59,18 @@ def test_confidence_only_cuts_after_a_complete_line():
     assert not confidence_collapsed(sampling, "x = 1", logits, 0)  # the first line always completes
     assert not confidence_collapsed(sampling, "\n", logits, 0)  # a leading newline is not a line
     assert not confidence_collapsed(SamplingParams(), "x = 1\n", logits, 0)  # off by default
+
+
+def test_the_warm_up_yields_to_a_waiting_completion(tiny):
+    engine = Engine(tiny, EngineConfig(block_size=16, max_cache_tokens=1024)).start()
+    try:
+        done = []
+        engine.submit(GenerationRequest("user", tuple(range(3, 60)), SamplingParams(max_tokens=4)), None, done.append)
+        report = engine.warmup(["def f(x):\n    return x\n"] * 4)  # queued behind the user's request
+        assert report.forwards == 0 and report.tokens == 0
+        while not done:  # the user's request runs on: wait for it, one engine step at a time
+            engine.call(lambda: None)
+        assert done and done[0].finish_reason in (FinishReason.LENGTH, FinishReason.STOP) and done[0].token_ids
+        assert engine.warmup(["def f(x):\n    return x\n"]).forwards >= 1  # alone, it runs
+    finally:
+        engine.shutdown()
