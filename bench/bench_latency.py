@@ -7,8 +7,8 @@ the editor, and the pauses while typing.
    model and a mid-size random GLM-5 checkpoint (`bench_runtime`'s "mid"). Also: the completion's
    prompt / cached tokens and the start-up phases from `glm5.stats`.
 2. typing: a span of an unseen file (not in the workspace, fresh KV cache) typed back; at each
-   natural pause (after a space, `(`, `.`, `:` or a newline) one inline completion, each answer
-   awaited before typing on. p50/p95 to the first streamed text and to the final text, with the
+   natural pause (after a space, `(`, `.`, `:` or a newline; a newline brings its indentation,
+   as an editor's auto-indent does) one inline completion, each answer awaited before typing on. p50/p95 to the first streamed text and to the final text, with the
    decode budget (`maxDecodeMs`, default) and without it (0), two servers side by side.
 
 What it leaves out: the client's own debounce and rendering; the machine's other load (printed).
@@ -89,21 +89,35 @@ async def first_completion(model: str, path: Path, cache: str, log: Path) -> dic
 
 async def startup_table(models: list[str], path: Path, logs: Path) -> None:
     print(f"\nfirst completion after start-up: {path.name} ({len(path.read_text().splitlines())} lines), cursor at its end, timed from `initialized`")
-    print("| model | run | first completion ms | prompt | cached | cached % | load ms | index ms | store ms | warm-up ms | vs cold |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| model | run | first completion ms | vs cold | after the model loaded ms | vs cold | prompt | cached | cached % | load ms | index ms | store ms | warm-up ms |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name in models:
         model, cache = model_dir(name), tempfile.mkdtemp(prefix="bench-latency-kv-")
         cold = await first_completion(model, path, cache, logs / f"{name}-cold.log")
         warm = await first_completion(model, path, cache, logs / f"{name}-restart.log")
+        cold_after = cold["ms"] - cold["phases"].get("load", 0)
         for label, run in (("cold start (empty cache)", cold), ("restart, cache on disk", warm)):
             phases = run["phases"]
+            after = run["ms"] - phases.get("load", 0)  # the load starts at `initialized`
             share = 100 * run.get("cached_tokens", 0) / max(1, run.get("prompt_tokens", 0))
-            print(f"| {name} | {label} | {run['ms']:,.0f} | {run.get('prompt_tokens', '-')} | {run.get('cached_tokens', '-')} | "
-                  f"{share:.0f}% | " + " | ".join(f"{phases.get(k, 0):,.0f}" for k in ("load", "index", "store", "warmup"))
-                  + f" | {cold['ms'] / run['ms']:.1f}x |")
+            print(f"| {name} | {label} | {run['ms']:,.0f} | {cold['ms'] / run['ms']:.1f}x | {after:,.0f} | {cold_after / after:.1f}x | "
+                  f"{run.get('prompt_tokens', '-')} | {run.get('cached_tokens', '-')} | {share:.0f}% | "
+                  + " | ".join(f"{phases.get(k, 0):,.0f}" for k in ("load", "index", "store", "warmup")) + " |")
 
 
 # ---- 2. typing with a request at each pause -------------------------------------------------
+def typed_chunks(text: str) -> list[str]:
+    """What the user types, one edit per character, except that a newline carries the next
+    line's indentation with it (editors auto-indent: nobody types those spaces)."""
+    chunks: list[str] = []
+    for char in text:
+        if char in " \t" and chunks and chunks[-1].startswith("\n") and not chunks[-1].strip(" \t\n"):
+            chunks[-1] += char
+        else:
+            chunks.append(char)
+    return chunks
+
+
 async def typing_run(model: str, rec, budget_ms: int | None, log: Path) -> dict[str, list[float]]:
     """Type `rec` back; at each pause ask and await the answer. Returns latencies (s) and counts."""
     root = Path(rec.path).parent
@@ -111,23 +125,25 @@ async def typing_run(model: str, rec, budget_ms: int | None, log: Path) -> dict[
     client, notes = await start_server(model, root, True, 96, log, None, env)
     if budget_ms is not None:
         client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"glm5": {"maxDecodeMs": budget_ms}}))
-    out: dict[str, list[float]] = {"first": [], "final": [], "steps": [], "tokens": []}
+    out: dict[str, list[float]] = {"first": [], "final": [], "shown": [], "steps": [], "tokens": []}
     try:
         uri = _open(client, rec, rec.initial_text)
         line, character, version = *rec.start, 1
-        for i, (_, char) in enumerate(rec.keystrokes):
+        for i, char in enumerate(typed_chunks("".join(c for _, c in rec.keystrokes))):
             version += 1
             client.text_document_did_change(types.DidChangeTextDocumentParams(
                 text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
                 content_changes=[types.TextDocumentContentChangePartial(
                     range=types.Range(start=types.Position(line=line, character=character), end=types.Position(line=line, character=character)),
                     text=char)]))
-            line, character = (line + 1, 0) if char == "\n" else (line, character + len(char.encode("utf-16-le")) // 2)
-            if char not in PAUSES:
+            line, character = (line + 1, len(char) - 1) if char.startswith("\n") else (line, character + len(char.encode("utf-16-le")) // 2)
+            if char[0] not in PAUSES:
                 continue
             msg_id, sent = f"p{i}", time.perf_counter()
-            await asyncio.wrap_future(_inline(client, uri, line, character, msg_id))
+            answer = await asyncio.wrap_future(_inline(client, uri, line, character, msg_id))
             out["final"].append(time.perf_counter() - sent)
+            if answer is not None and answer.items:
+                out["shown"].append(out["final"][-1])
             streamed = [at for at, m, p in notes if m == "glm5/inlineCompletionProgress" and str(p.requestId) == msg_id]
             if streamed:
                 out["first"].append(streamed[0] - sent)
@@ -146,15 +162,16 @@ async def typing_table(model_name: str, path: Path, chars: int, logs: Path) -> N
         unseen = Path(ws) / path.name  # a workspace of its own: nothing indexed or cached before
         unseen.write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
         rec = record_session(unseen, chars, 0.0, 0.0)
-        pauses = sum(1 for _, c in rec.keystrokes if c in PAUSES)
+        pauses = sum(1 for c in typed_chunks("".join(c for _, c in rec.keystrokes)) if c[0] in PAUSES)
         print(f"\ntyping {chars} characters into {path.name} (unseen), {model_name} model: a request at each of {pauses} pauses, each awaited")
-        print("| decode budget | n | first text p50 ms | first text p95 ms | final p50 ms | final p95 ms | decode steps (mean) | tokens (mean) |")
-        print("|---|---|---|---|---|---|---|---|")
+        print("| decode budget | requests | first text p50 ms | first text p95 ms | final p50 ms | final p95 ms | with text | their final p50 ms | their final p95 ms | decode steps (mean) | tokens (mean) |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         for label, budget in (("maxDecodeMs default (200)", None), ("none (maxDecodeMs 0)", 0)):
             run = await typing_run(model, rec, budget, logs / f"typing-{budget}.log")
-            first, final = run["first"] or [0.0], run["final"]
+            first, final, shown = run["first"] or [0.0], run["final"], run["shown"] or [0.0]
             print(f"| {label} | {len(final)} | {pct(first, .5) * 1000:,.1f} | {pct(first, .95) * 1000:,.1f} | "
-                  f"{pct(final, .5) * 1000:,.1f} | {pct(final, .95) * 1000:,.1f} | "
+                  f"{pct(final, .5) * 1000:,.1f} | {pct(final, .95) * 1000:,.1f} | {len(run['shown'])} | "
+                  f"{pct(shown, .5) * 1000:,.1f} | {pct(shown, .95) * 1000:,.1f} | "
                   f"{statistics.mean(run['steps'] or [0]):.1f} | {statistics.mean(run['tokens'] or [0]):.1f} |")
 
 
