@@ -57,6 +57,18 @@ class GenerationRequest:
     prompt_ids: tuple[int, ...]
     sampling: SamplingParams = field(default_factory=SamplingParams)
     priority: int = 0  # higher runs first when the scheduler must choose
+    record_attention: bool = False  # fill `GenerationResult.attention` (costs a little per step)
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionRecord:
+    """What the model looked at for one request (see `model_runtime.attention_record`)."""
+
+    selections: tuple[int, ...]  # per prompt token: DSA selections by generating queries, over layers and steps
+    queries: int  # generating query rows counted (the last prompt position, then one per decode step)
+    layers: int
+    index_topk: int
+    expert_load: tuple[tuple[int, ...], ...]  # per layer: tokens routed to each expert; () for dense-MLP layers
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +97,7 @@ class GenerationResult:
     first_token_s: float | None = None  # seconds from submit to the first new token
     total_s: float = 0.0
     error: str | None = None
+    attention: AttentionRecord | None = None  # when the request set `record_attention`
 
 
 @dataclass(frozen=True, slots=True)

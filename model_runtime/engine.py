@@ -32,6 +32,7 @@ from model_runtime.api import (
     DoneCallback, EngineStats, EventCallback, FinishReason, GenerationRequest, GenerationResult,
     ProgressCallback, SamplingParams, StreamEvent, WarmupReport,
 )
+from model_runtime.attention_record import RequestRecord, StepRecorder
 from model_runtime.cache import BlockManager, KVCache
 from model_runtime.config import EngineConfig
 from model_runtime.kvstore.paths import store_dir
@@ -71,6 +72,7 @@ class Engine:
         self._counters = dict.fromkeys(EngineStats.__dataclass_fields__, 0)
         self._texts: dict[str, TextState] = {}
         self._prefill_only: set[str] = set()
+        self._records: dict[str, RequestRecord] = {}  # requests with `record_attention`
         self._prefill_ids = itertools.count()
         self._busy_at = 0.0
 
@@ -218,6 +220,8 @@ class Engine:
             self._finish(seq, FinishReason.LENGTH)
             return seq
         self._texts[seq.request_id] = TextState(self.loaded.tokenizer, request.sampling.stop_strings)
+        if request.record_attention:
+            self._records[seq.request_id] = RequestRecord(self.loaded.config, seq.prompt_len)
         self.scheduler.add(seq)
         return seq
 
@@ -228,7 +232,7 @@ class Engine:
         self._busy_at = time.monotonic()
         feeds = [self._feed(s, n, step.is_prefill) for s, n in zip(step.seqs, step.num_tokens)]
         try:
-            out = self.runner.run(feeds)
+            out = self.runner.run(feeds, self._recorder(step.seqs, feeds))
             accepted = [self._accept(seq, feed, logits) for seq, feed, logits in zip(step.seqs, feeds, out.logits)]
             if self.config.use_mtp:
                 self._draft(step.seqs, feeds, out, accepted)
@@ -249,6 +253,14 @@ class Engine:
             self.step()
 
     # ---- step helpers -------------------------------------------------------------------------
+    def _recorder(self, seqs: list[Sequence], feeds: list[Feed]) -> StepRecorder | None:
+        slots = [
+            (b, self._records[seq.request_id], feed.logits_from)
+            for b, (seq, feed) in enumerate(zip(seqs, feeds))
+            if seq.request_id in self._records
+        ]
+        return StepRecorder(slots) if slots else None
+
     def _feed(self, seq: Sequence, n: int, is_prefill: bool) -> Feed:
         tokens = seq.token_ids[seq.num_computed : seq.num_computed + (n if is_prefill else 1)]
         if not is_prefill and seq.draft is not None:
@@ -361,6 +373,7 @@ class Engine:
         seq.finish_reason = reason
         self._texts.pop(seq.request_id, None)
         self._prefill_only.discard(seq.request_id)
+        record = self._records.pop(seq.request_id, None)
         key = "requests_aborted" if reason is FinishReason.ABORT else "requests_finished"
         self._counters[key] += 1
         self._counters["cached_prompt_tokens"] += seq.cached_tokens
@@ -369,6 +382,7 @@ class Engine:
             seq.request_id, tuple(seq.output_ids), seq.text, reason, seq.prompt_len, seq.cached_tokens,
             seq.prefilled_tokens, seq.decode_steps,
             None if seq.first_token_at is None else seq.first_token_at - seq.arrival, now - seq.arrival, seq.error,
+            attention=record.result() if record is not None else None,
         )
         if seq.on_event is not None:
             self._emit(seq, StreamEvent(seq.request_id, tuple(seq.output_ids[seq.emitted :]), seq.text, True, reason))
