@@ -133,6 +133,16 @@ def triangle_area(base, height):
 def circle_area(radius):
     """Pi r squared."""
     return 3.14159 * radius * radius
+
+
+def rectangle_perimeter(width, height):
+    """Twice the width plus twice the height."""
+    return 2 * (width + height)
+
+
+def circle_perimeter(radius):
+    """Two pi r."""
+    return 2 * 3.14159 * radius
 '''
 
 SHAPES = '''\
@@ -155,6 +165,24 @@ def total_area(shapes):
 def largest(shapes):
     """The pair with the largest area."""
     return max(shapes, key=lambda shape: total_area([shape]))
+
+
+def parse(text):
+    """(kind, size) pairs from lines such as "circle 2" or "rectangle 3 4"."""
+    shapes = []
+    for line in text.splitlines():
+        kind, *numbers = line.split()
+        sizes = [float(n) for n in numbers]
+        shapes.append((kind, sizes[0] if kind == "circle" else tuple(sizes)))
+    return shapes
+
+
+def report(text):
+    """One line per shape, then the total."""
+    shapes = parse(text)
+    lines = [f"{kind}: {total_area([(kind, size)]):.2f}" for kind, size in shapes]
+    lines.append(f"total: {total_area(shapes):.2f}")
+    return "\\n".join(lines)
 '''
 
 
@@ -173,7 +201,7 @@ def test_real_server_ghost_text_and_attention_heat_map(code_server_module, tmp_p
             assert any(s.startswith("sync GLM-5 ") for s in status[: status.index("check GLM-5")]), status
 
             bench.go_to_line_end(line)
-            bench.page.keyboard.type("rect", delay=30)
+            bench.page.keyboard.type("rectangle_", delay=30)
             bench.wait_ghost(bool, timeout_s=60)
             bench.wait_until(lambda: bench.observed()["status"][-1].startswith("check"), "the completion finished")
             shown = bench.wait_ghost(bool, timeout_s=10)
@@ -181,8 +209,8 @@ def test_real_server_ghost_text_and_attention_heat_map(code_server_module, tmp_p
             bench.page.keyboard.press("Tab")
             bench.wait_ghost(lambda text: text == "", timeout_s=10)
             bench.page.keyboard.press("Control+S")
-            bench.wait_until(lambda: "total += rect" in (root / "shapes.py").read_text(), "the file was saved")
-            expected = SHAPES.replace("total += \n", f"total += rect{shown}\n")
+            bench.wait_until(lambda: "total += rectangle_" in (root / "shapes.py").read_text(), "the file was saved")
+            expected = SHAPES.replace("total += \n", f"total += rectangle_{shown}\n")
             saved = (root / "shapes.py").read_text()
             assert [x.rstrip() for x in saved.split("\n")] == [x.rstrip() for x in expected.split("\n")]
 
