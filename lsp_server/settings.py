@@ -21,6 +21,10 @@ Role: one frozen `ServerSettings` value; every change makes a new one. The keys 
     dtype                 weights' dtype in the runtime: auto (float32 on the CPU, bfloat16 elsewhere),
                           float32, bfloat16 or float16
     mtp                   speculative decoding of greedy requests with the model's MTP layer
+    engine                a remote OpenAI-compatible engine instead of the in-process one (start-up only):
+                          a URL, or {url, model, apiKeyEnv, caBundle, timeoutMs, maxConcurrency,
+                          promptFormat} (`model_runtime.remote.config`); `model` then only names
+                          the directory of the tokenizer (else the engine's /tokenize is used)
 
 Invariants: parsing never raises. A key with a bad value keeps its previous value and yields a
 problem message naming the key, the value and what was expected (the server shows it to the
@@ -33,6 +37,8 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
+
+from model_runtime.remote.config import RemoteConfig
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +63,7 @@ class ServerSettings:
     device: str = "cpu"
     dtype: str = "auto"
     mtp: bool = False
+    engine: RemoteConfig | None = None
 
 
 def _snake(key: str) -> str:
@@ -87,6 +94,7 @@ _CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "device": (lambda v: isinstance(v, str) and v != "", "a torch device name"),
     "dtype": (lambda v: v in DTYPES, "one of " + ", ".join(DTYPES)),
     "mtp": (lambda v: isinstance(v, bool), "true or false"),
+    "engine": (lambda v: v is None or isinstance(v, str | Mapping), "a URL or an object {url, model, apiKeyEnv, ...}"),
 }
 
 _FIELDS = frozenset(f.name for f in fields(ServerSettings))
@@ -109,6 +117,12 @@ def parse_settings(raw: Any, base: ServerSettings) -> tuple[ServerSettings, list
         if not check(value):
             problems.append(f"setting {key!r}: expected {expected}, got {value!r} (kept {getattr(base, name)!r})")
             continue
+        if name == "engine" and value is not None:
+            try:
+                value = RemoteConfig.from_options(value)
+            except ValueError as exc:
+                problems.append(f"setting {key!r}: {exc} (kept {getattr(base, name)!r})")
+                continue
         changes[name] = float(value) if name == "temperature" else value
     return replace(base, **changes), problems
 

@@ -11,7 +11,9 @@ Each phase is shown with work-done progress; `glm5/status` says warming -> ready
 
 Invariants: a failing phase is reported (status "error" with the reason, and a message to the
 user) and never stops the server; completions waiting for the model then get the error.
-`index_ready` is set whether or not indexing succeeded.
+`index_ready` is set whether or not indexing succeeded, also when any phase raises (the whole
+sequence runs under `run_start_up`'s guard). A watcher that cannot start (a vanished root, the
+inotify limit) is reported; the index serves without live updates.
 """
 
 from __future__ import annotations
@@ -43,8 +45,23 @@ PREFILL_FILES = 4
 
 
 def locate_model(ls: Glm5Server) -> str | None:
-    """--model, else initializationOptions.model, else the embedded default (worker thread)."""
+    """--model, else initializationOptions.model, else the embedded default (worker thread).
+    With a remote engine: the model directory for its tokenizer, else "" (the engine's /tokenize)."""
+    if ls.runtime_options.remote is not None:
+        return ls.model_path or ""
     return ls.model_path or embedded_model_path()
+
+
+async def run_start_up(ls: Glm5Server) -> None:
+    """`start_up` under a guard: whatever phase raises is reported as status "error", and
+    `index_ready` is always set so nothing waits for the index forever."""
+    try:
+        await start_up(ls)
+    except Exception as exc:
+        log.exception("start-up failed")
+        _fail(ls, f"start-up failed: {type(exc).__name__}: {exc}")
+    finally:
+        ls.index_ready.set()
 
 
 async def start_up(ls: Glm5Server) -> None:
@@ -64,8 +81,7 @@ async def start_up(ls: Glm5Server) -> None:
 
 async def build_index(ls: Glm5Server, roots: list[Path]) -> None:
     """Index `roots` on a worker thread, then swap it in and (re)start the watcher."""
-    ls.index_generation += 1
-    generation = ls.index_generation
+    generation = ls.state.begin_index_build()
     index = WorkspaceIndex(roots)
     loop = asyncio.get_running_loop()
     try:
@@ -89,15 +105,26 @@ async def build_index(ls: Glm5Server, roots: list[Path]) -> None:
         ls.window_log_message(types.LogMessageParams(type=types.MessageType.Error, message=f"glm5: indexing failed: {exc}"))
         ls.index_ready.set()
         return
-    if generation != ls.index_generation:
+    if not ls.state.install_index(generation, index):
         return  # the roots changed meanwhile; a newer build is running
-    if ls.watcher is not None:
-        ls.watcher.stop()
-    ls.index = index
-    ls.watcher = IndexWatcher(index, lambda paths: _call_soon(loop, ls.analysis.refresh_all))
-    ls.watcher.start()
+    _start_watcher(ls, index, loop)
     ls.index_ready.set()
     ls.analysis.refresh_all()  # re-apply unsaved open documents over what was read from disk
+
+
+def _start_watcher(ls: Glm5Server, index: WorkspaceIndex, loop: asyncio.AbstractEventLoop) -> None:
+    """Watch the roots for changes made outside the editor; a failure is reported, not raised."""
+    watcher = IndexWatcher(index, lambda paths: _call_soon(loop, ls.analysis.refresh_all))
+    try:
+        watcher.start()
+    except Exception as exc:  # a vanished root, the inotify limit: serve the index without live updates
+        log.warning("cannot watch the workspace: %s", exc)
+        ls.window_log_message(types.LogMessageParams(
+            type=types.MessageType.Warning, message=f"glm5: cannot watch the workspace for changes ({exc}); re-open it to re-index",
+        ))
+        watcher.stop()
+        return
+    ls.state.watcher = watcher
 
 
 async def open_kv_store(ls: Glm5Server) -> None:

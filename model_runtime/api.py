@@ -50,6 +50,51 @@ class SamplingParams:
 
 
 @dataclass(frozen=True, slots=True)
+class MemberScope:
+    """After `qualifier.` (e.g. `geometry.` or `self.` or `p.`) only these member names are legal."""
+
+    qualifier: str
+    members: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ConstraintSpec:
+    """A decode-time monitor built from the IDE state (by context/), applied by the engine as a
+    token mask at every decode step. Language-aware but tokenizer-agnostic: it speaks characters."""
+
+    language: str = "python"
+    # token healing: the prompt ids were backed off to a token boundary; the output must begin
+    # with exactly these characters. The engine strips them from GenerationResult.text / StreamEvent.text.
+    heal_prefix: str = ""
+    single_line: bool = False  # the output ends at the first newline (the newline is not output)
+    # brackets open before the cursor on this statement, innermost last, e.g. "([": the output
+    # may close these, and must keep its own balanced
+    open_brackets: str = ""
+    member_scopes: tuple[MemberScope, ...] = ()
+    # identifiers legal in a *use* position (in scope, imported, builtins, workspace names
+    # reachable by import; keywords are always legal). None = no identifier check. New bindings
+    # (left of `=`, after def/class/for/as/import/lambda/global, parameters, keyword-argument
+    # names) are always legal.
+    defined_names: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        bad = set(self.open_brackets) - set("([{")
+        if bad:
+            raise ValueError(f"open_brackets may hold only '(', '[' and '{{', got {sorted(bad)}")
+
+
+@dataclass(frozen=True, slots=True)
+class ConstraintReport:
+    """What the monitor did for one request (for glm5.explainContext and benchmarks)."""
+
+    steps: int = 0  # decode steps where the constraint was active
+    masked_steps: int = 0  # steps where the mask removed the model's own top choice
+    released: bool = False  # it found nothing legal once and released itself
+    fired: tuple[str, ...] = ()  # rules that removed a top choice: "member", "undefined", "bracket", "heal", "line"
+    mask_ms: float = 0.0  # total time spent building/applying masks
+
+
+@dataclass(frozen=True, slots=True)
 class GenerationRequest:
     """One completion to run. `prompt_ids` are token ids from the model's tokenizer."""
 
@@ -57,7 +102,15 @@ class GenerationRequest:
     prompt_ids: tuple[int, ...]
     sampling: SamplingParams = field(default_factory=SamplingParams)
     priority: int = 0  # higher runs first when the scheduler must choose
+    constraint: ConstraintSpec | None = None
+    # >1: n-best (beam search when greedy, diverse sampling otherwise), batched in one engine
+    # call sharing the prompt's KV blocks
+    num_candidates: int = 1
     record_attention: bool = False  # fill `GenerationResult.attention` (costs a little per step)
+
+    def __post_init__(self) -> None:
+        if self.num_candidates < 1:
+            raise ValueError(f"num_candidates must be >= 1, got {self.num_candidates}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +136,16 @@ class StreamEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class Candidate:
+    """One of a request's n-best outputs."""
+
+    text: str  # heal prefix stripped, like GenerationResult.text
+    token_ids: tuple[int, ...]
+    logprob: float  # sum of log-probabilities of token_ids under the prompt (unconstrained distribution)
+    finish_reason: FinishReason
+
+
+@dataclass(frozen=True, slots=True)
 class GenerationResult:
     """The final outcome of a request."""
 
@@ -97,7 +160,29 @@ class GenerationResult:
     first_token_s: float | None = None  # seconds from submit to the first new token
     total_s: float = 0.0
     error: str | None = None
+    candidates: tuple[Candidate, ...] = ()  # n-best, best first (also filled when num_candidates == 1)
+    constraint: ConstraintReport | None = None
     attention: AttentionRecord | None = None  # when the request set `record_attention`
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreRequest:
+    """Score continuations of one prompt in one batched forward over the shared prefix."""
+
+    request_id: str
+    prompt_ids: tuple[int, ...]
+    continuations: tuple[tuple[int, ...], ...]
+
+    def __post_init__(self) -> None:
+        if not self.prompt_ids:
+            raise ValueError("a ScoreRequest needs a non-empty prompt")
+
+
+@dataclass(frozen=True, slots=True)
+class ContinuationScore:
+    logprob: float  # sum of log p(token | prompt, earlier tokens)
+    num_tokens: int
+    token_logprobs: tuple[float, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +198,7 @@ class EngineStats:
     generated_tokens: int = 0
     spec_drafted: int = 0  # MTP draft tokens proposed
     spec_accepted: int = 0  # MTP draft tokens accepted by the main model
+    engine_restarts: int = 0  # times the engine thread recovered from an exception (its requests failed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,5 +252,10 @@ class EngineProtocol(Protocol):
         ...
 
     def cache_stats(self) -> dict[str, int]: ...
+
+    def score(self, request: ScoreRequest, timeout: float = 30.0) -> list[ContinuationScore]:
+        """Blocking (never on the engine thread); same order as request.continuations; raises
+        TimeoutError / RuntimeError with a clear message (NotImplementedError where unsupported)."""
+        ...
 
     def shutdown(self) -> None: ...
