@@ -32,7 +32,7 @@ from training import evaluate, train
 from training.gpu_pack import unpack
 
 EXPORT_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
-RECIPE = ("--indexer-every", "4", "--mtp-stride", "4")  # the sweep's speed options; see training.sweep
+RECIPE = ("--optimizer", "muon", "--indexer-every", "4", "--mtp-stride", "4")  # the sweep's winner (docs/training-sweep.md)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
