@@ -22,11 +22,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from model_runtime.api import (
+    ContinuationScore,
     EngineProtocol,
     EngineStats,
     FinishReason,
     GenerationRequest,
     GenerationResult,
+    ScoreRequest,
     StreamEvent,
     WarmupReport,
 )
@@ -113,6 +115,7 @@ class EngineClient:
         self._loading: asyncio.Future[ModelHandle] | None = None
         self._warming: asyncio.Event | None = None  # set when a running warm-up ends
         self._closed = False
+        self._scores = True
         self.state = ModelState.UNLOADED
         self.error: str | None = None
 
@@ -246,6 +249,26 @@ class EngineClient:
         if self._handle is None or not prompt_ids:
             return None
         return await asyncio.to_thread(self._handle.engine.prefill, prompt_ids)
+
+    async def score(self, request: ScoreRequest) -> list[ContinuationScore]:
+        """Log-likelihoods of continuations of one prompt (off the loop). Raises
+        NotImplementedError for an engine without batched scoring (a remote one, say)."""
+        handle = await self.ready()
+        if self._warming is not None:
+            await self._warming.wait()
+        score = getattr(handle.engine, "score", None)
+        if score is None or not self.can_score:
+            raise NotImplementedError("this engine cannot score continuations")
+        try:
+            return await asyncio.to_thread(score, request)
+        except NotImplementedError:
+            self._scores = False
+            raise
+
+    @property
+    def can_score(self) -> bool:
+        """Whether the engine scores continuations (False once it said it cannot)."""
+        return self._scores and self._handle is not None and getattr(self._handle.engine, "score", None) is not None
 
     async def clear_cache(self, workspace: bool = True) -> int:
         """Forget the engine's cached prefixes and persisted blocks; returns bytes freed."""

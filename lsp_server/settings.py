@@ -21,6 +21,13 @@ Role: one frozen `ServerSettings` value; every change makes a new one. The keys 
     dtype                 weights' dtype in the runtime: auto (float32 on the CPU, bfloat16 elsewhere),
                           float32, bfloat16 or float16
     mtp                   speculative decoding of greedy requests with the model's MTP layer
+    constraints           steer decoding with the IDE state: members, defined names, brackets,
+                          single line, token healing (`context.constraints`)
+    numCandidates         the model's n-best per completion (1 = greedy only)
+    retrieval             add candidates from the IDE state (`context.retrieval`)
+    rerank                pick among candidates with the fitted reranker (`context.rerank`);
+                          off: the highest mean log-likelihood wins
+    abstain               show nothing when the reranker is not confident (needs rerank)
 
 Invariants: parsing never raises. A key with a bad value keeps its previous value and yields a
 problem message naming the key, the value and what was expected (the server shows it to the
@@ -57,6 +64,11 @@ class ServerSettings:
     device: str = "cpu"
     dtype: str = "auto"
     mtp: bool = False
+    constraints: bool = True
+    num_candidates: int = 4
+    retrieval: bool = True
+    rerank: bool = True
+    abstain: bool = True
 
 
 def _snake(key: str) -> str:
@@ -87,6 +99,11 @@ _CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "device": (lambda v: isinstance(v, str) and v != "", "a torch device name"),
     "dtype": (lambda v: v in DTYPES, "one of " + ", ".join(DTYPES)),
     "mtp": (lambda v: isinstance(v, bool), "true or false"),
+    "constraints": (lambda v: isinstance(v, bool), "true or false"),
+    "num_candidates": (lambda v: _is_int(v) and 1 <= v <= 16, "an integer in 1..16"),
+    "retrieval": (lambda v: isinstance(v, bool), "true or false"),
+    "rerank": (lambda v: isinstance(v, bool), "true or false"),
+    "abstain": (lambda v: isinstance(v, bool), "true or false"),
 }
 
 _FIELDS = frozenset(f.name for f in fields(ServerSettings))
