@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from context.index import WorkspaceIndex
 from context.constraints import Site
 from context.similar import line_tokens
+from context.tags import Import, extract_tags
 
 MAX_RELATED_FILES = 24
 MAX_FILE_CHARS = 200_000
@@ -58,7 +59,7 @@ def retrieve(
     """Candidates for `site` (see the module docstring), unique, at most `options.limit`."""
     found = similar_lines(site, index, read, options.similar)
     found += identifier_completions(site, index, options.identifiers)
-    found += call_candidates(site, index, read, options.calls)
+    found += call_candidates(site, index, options.calls)
     unique: dict[str, Retrieved] = {}
     for item in found:
         if item.text.strip() and "\n" not in item.text and item.text not in unique:
@@ -145,7 +146,7 @@ def _related_files(site: Site, index: WorkspaceIndex | None) -> list[str]:
     path = site.snapshot.path
     if index is None or not path:
         return []
-    related = [i.resolved_path for i in index.imports_of(path) if i.resolved_path and i.resolved_path.endswith(".py")]
+    related = [i.resolved_path for i in _imports(site, index) if i.resolved_path and i.resolved_path.endswith(".py")]
     related += index.importers_of(path)
     related += sorted(index.files_in(os.path.dirname(path)))
     unique = [p for p in dict.fromkeys(related) if p != path and p.endswith(".py")]
@@ -201,20 +202,19 @@ def _definitions_starting(index: WorkspaceIndex, typed: str):
                 yield definition
 
 
-def call_candidates(site: Site, index: WorkspaceIndex | None, read: TextSource, limit: int) -> list[Retrieved]:
+def call_candidates(site: Site, index: WorkspaceIndex | None, limit: int) -> list[Retrieved]:
     """Calls, with parameter names as arguments, of workspace functions reachable from the cursor:
     after `mod.`, the module's functions; otherwise the functions this file imports."""
     if index is None or site.snapshot.path is None or site.language != "python":
         return []
-    path = site.snapshot.path
     targets: list[tuple[str, str]] = []  # (name, file)
     if site.qualifier is not None:
         members = set(site.members.get(site.qualifier, ()))
-        for item in index.imports_of(path):
+        for item in _imports(site, index):
             if item.resolved_path and item.module.split(".")[-1] == site.qualifier:
                 targets += [(n, item.resolved_path) for n in sorted(members)]
     else:
-        for item in index.imports_of(path):
+        for item in _imports(site, index):
             if item.resolved_path:
                 targets += [(n, item.resolved_path) for n in item.names]
     found: list[Retrieved] = []
@@ -229,6 +229,11 @@ def call_candidates(site: Site, index: WorkspaceIndex | None, read: TextSource, 
         if len(found) >= limit:
             break
     return found
+
+
+def _imports(site: Site, index: WorkspaceIndex) -> tuple[Import, ...]:
+    """The imports of the open buffer (the index may not have seen its latest text)."""
+    return extract_tags(site.snapshot, index.resolver).imports
 
 
 def _at_cursor(site: Site, text: str) -> str:

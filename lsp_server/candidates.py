@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from functools import cache
 from typing import Any
 
@@ -93,12 +93,17 @@ class Decision:
         return [
             {
                 "text": c.text, "sources": list(c.sources), "modelRank": c.model_rank,
-                "logprob": c.logprob if math.isfinite(c.logprob) else None, "tokens": c.tokens,
-                "score": self.choice.scores[i] if math.isfinite(self.choice.scores[i]) else None,
-                "features": self.features[i].as_dict(), "chosen": self.choice.index == i,
+                "logprob": _finite(c.logprob), "tokens": c.tokens,
+                "score": _finite(self.choice.scores[i]) if i < len(self.choice.scores) else None,
+                "features": self.features[i].as_dict() if i < len(self.features) else None,
+                "chosen": self.choice.index == i,
             }
             for i, c in enumerate(self.candidates)
         ]
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
 
 
 def make_plan(
@@ -240,3 +245,25 @@ def active_reranker() -> Reranker | None:
     except ValueError as exc:
         log.error("reranking by likelihood only: %s", exc)
         return None
+
+
+async def explain(engine: Any, prepared: pipeline.Prepared, plan: Plan, tokenizer: Any, request_id: str) -> dict[str, Any]:
+    """Run the completion as the server would and say what happened: the constraint (what it
+    allowed, which rules fired), every candidate with its score, and the choice."""
+    result = await engine.generate(plan.request(request_id, prepared.sampling))
+    decision = await settle(engine, plan, prepared, result, tokenizer)
+    spec = plan.constraint
+    return {
+        "completion": decision.text,
+        "abstained": decision.abstained,
+        "scored": decision.scored,
+        "candidates": decision.report(),
+        "constraint": None if spec is None else {
+            "healPrefix": spec.heal_prefix,
+            "singleLine": spec.single_line,
+            "openBrackets": spec.open_brackets,
+            "memberScopes": {s.qualifier: len(s.members) for s in spec.member_scopes},
+            "definedNames": None if spec.defined_names is None else len(spec.defined_names),
+            "report": None if result.constraint is None else asdict(result.constraint),
+        },
+    }

@@ -9,6 +9,8 @@ environment variable GLM5_FAKE, a JSON object:
     load_s   seconds the model takes to load (default 0.0)
     fail     make loading fail with this message
     no_model start without any model (no --model, no embedded default)
+    scores   [[substring, logprob per token], ...]: the engine also scores continuations
+             (`scoring_fakes.ScoringFakeEngine`; `score_default` for the rest, default -5.0)
     log      log file path
 """
 
@@ -20,6 +22,7 @@ import os
 import time
 
 from lsp_fakes import FakeEngine, byte_tokenizer
+from scoring_fakes import ScoringFakeEngine
 
 from lsp_server import startup
 from lsp_server.engine_client import ModelHandle, RuntimeOptions
@@ -44,7 +47,12 @@ def main() -> None:
         time.sleep(config.get("load_s", 0.0))
         if config.get("fail"):
             raise RuntimeError(config["fail"])
-        return ModelHandle(FakeEngine(tokenizer, script, step_s=config.get("step_s", 0.0)), tokenizer, path, 8192)
+        step_s = config.get("step_s", 0.0)
+        if "scores" in config:
+            rules = [(needle, float(lp)) for needle, lp in config["scores"]]
+            engine = ScoringFakeEngine(tokenizer, script, rules, float(config.get("score_default", -5.0)), step_s)
+            return ModelHandle(engine, tokenizer, path, 8192)
+        return ModelHandle(FakeEngine(tokenizer, script, step_s=step_s), tokenizer, path, 8192)
 
     if config.get("no_model"):
         startup.embedded_model_path = lambda: None  # as on an installation without the embedded model
