@@ -29,17 +29,18 @@ from typing import TYPE_CHECKING
 import torch
 
 from model_runtime.api import (
-    DoneCallback, EngineStats, EventCallback, FinishReason, GenerationRequest, GenerationResult,
-    ProgressCallback, SamplingParams, StreamEvent, WarmupReport,
+    ContinuationScore, DoneCallback, EngineStats, EventCallback, FinishReason, GenerationRequest, GenerationResult,
+    ProgressCallback, SamplingParams, ScoreRequest, StreamEvent, WarmupReport,
 )
 from model_runtime.cache import BlockManager, KVCache
 from model_runtime.config import EngineConfig
 from model_runtime.kvstore.paths import store_dir
 from model_runtime.kvstore.tiers import CacheTiers
 from model_runtime.model_runner import Feed, ModelRunner, StepOutput
-from model_runtime.sampler import sample
 from model_runtime.scheduler import Scheduler, Step
+from model_runtime.scoring import score_continuations
 from model_runtime.sequence import Sequence, SequenceStatus
+from model_runtime.steering import Steering
 from model_runtime.text import TextState
 
 if TYPE_CHECKING:
@@ -73,6 +74,7 @@ class Engine:
         self._prefill_only: set[str] = set()
         self._prefill_ids = itertools.count()
         self._busy_at = 0.0
+        self._steer = Steering(self)
 
     # ---- thread-safe API ------------------------------------------------------------------
     def start(self) -> Engine:
@@ -106,13 +108,14 @@ class Engine:
         except Exception:  # persisting is an optimisation: never fail a shutdown over it
             log.exception("persisting the KV cache at shutdown failed")
 
-    def call(self, fn: Callable[[], object]) -> object:
+    def call(self, fn: Callable[[], object], timeout: float | None = None) -> object:
         """Run `fn` on the engine thread (or inline when no thread runs) and return its result."""
         if self._thread is None or threading.current_thread() is self._thread:
             return fn()
         done, box = threading.Event(), {}
         self._commands.put(("call", (fn, done, box)))
-        done.wait()
+        if not done.wait(timeout):
+            raise TimeoutError(f"the engine did not answer within {timeout} s")
         if "error" in box:
             raise box["error"]
         return box["value"]
@@ -141,6 +144,13 @@ class Engine:
 
     def cache_stats(self) -> dict[str, int]:
         return self.call(self.tiers.stats)
+
+    def score(self, request: ScoreRequest, timeout: float = 30.0) -> list[ContinuationScore]:
+        """Log-probabilities of each continuation after the prompt, in one batched forward over
+        the prompt's shared KV blocks (`model_runtime.scoring`); same order as the request."""
+        if self._thread is not None and threading.current_thread() is self._thread:
+            raise RuntimeError("score waits for the engine thread, so it cannot run on it")
+        return self.call(lambda: score_continuations(self, request), timeout)
 
     def prefill(self, prompt_ids: Iterable[int]) -> GenerationResult:
         """Only fill the KV cache with `prompt_ids` (nothing is sampled), at low priority, and wait
@@ -217,7 +227,11 @@ class Engine:
         if request.sampling.max_tokens == 0:
             self._finish(seq, FinishReason.LENGTH)
             return seq
-        self._texts[seq.request_id] = TextState(self.loaded.tokenizer, request.sampling.stop_strings)
+        error = self._steer.prepare(seq)
+        if error is not None:
+            self._fail(seq, error)
+            return seq
+        self._texts[seq.request_id] = self._steer.text_state(request)
         self.scheduler.add(seq)
         return seq
 
@@ -270,7 +284,7 @@ class Engine:
             if seq.num_computed >= len(seq.token_ids):  # the end of a prefill-only request
                 seq.finish_reason = FinishReason.LENGTH
             return []
-        picks = sample(logits, [seq.sampling] * len(logits), [seq.generator] * len(logits))
+        picks = self._steer.pick(seq, logits)
         if seq.draft is not None and len(feed.tokens) == 2:
             self._counters["spec_drafted"] += 1
             if picks[0] == seq.draft:
@@ -287,6 +301,7 @@ class Engine:
         seq.draft = None
         accepted = self._append(seq, new)
         self._seal(seq)
+        self._steer.accepted(seq, logits, accepted)
         return accepted
 
     def _append(self, seq: Sequence, new: list[int]) -> list[int]:
@@ -328,7 +343,7 @@ class Engine:
             return
         for seq, logits in zip(owners, self.runner.run_mtp(mtp_feeds, hidden)):
             greedy = seq.sampling.temperature == 0
-            if greedy and seq.finish_reason is None and not seq.in_prefill:
+            if greedy and seq.finish_reason is None and not seq.in_prefill and self._steer.may_draft(seq):
                 seq.draft = int(logits.argmax())
 
     def _after_tokens(self, seq: Sequence) -> None:
@@ -350,6 +365,8 @@ class Engine:
         seq = self.scheduler.find(request_id)
         if seq is not None:
             self._finish(seq, FinishReason.ABORT)
+        for child in self._steer.live_children(request_id):
+            self._finish(child, FinishReason.ABORT)
 
     def _fail(self, seq: Sequence, message: str) -> None:
         seq.error = message
@@ -361,9 +378,10 @@ class Engine:
         seq.finish_reason = reason
         self._texts.pop(seq.request_id, None)
         self._prefill_only.discard(seq.request_id)
-        key = "requests_aborted" if reason is FinishReason.ABORT else "requests_finished"
-        self._counters[key] += 1
-        self._counters["cached_prompt_tokens"] += seq.cached_tokens
+        if not self._steer.is_child(seq):
+            key = "requests_aborted" if reason is FinishReason.ABORT else "requests_finished"
+            self._counters[key] += 1
+            self._counters["cached_prompt_tokens"] += seq.cached_tokens
         now = time.perf_counter()
         result = GenerationResult(
             seq.request_id, tuple(seq.output_ids), seq.text, reason, seq.prompt_len, seq.cached_tokens,
@@ -372,11 +390,7 @@ class Engine:
         )
         if seq.on_event is not None:
             self._emit(seq, StreamEvent(seq.request_id, tuple(seq.output_ids[seq.emitted :]), seq.text, True, reason))
-        if seq.on_done is not None:
-            try:
-                seq.on_done(result)
-            except Exception:
-                log.exception("on_done callback of %s failed", seq.request_id)
+        self._steer.deliver(seq, result)
 
     def _emit(self, seq: Sequence, event: StreamEvent) -> None:
         try:
