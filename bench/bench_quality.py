@@ -5,16 +5,20 @@ in `initializationOptions`; the items (`quality_sets`) are asked of every row in
 changes hit all rows alike. The non-neural baselines run in-process on the same items:
 - previous line: the nearest non-blank line above the hole;
 - line after the most similar line: `context.retrieval.similar_lines` (this file and the files
-  it imports, is imported by, or shares a directory with), re-indented to the hole.
+  it imports, is imported by, or shares a directory with), re-indented to the hole;
+- most similar context: the line of the file whose neighbours best match the hole's
+  (`training.baselines.similar_line`, the README's earlier baseline).
 
 Metrics per set and row: exact match (trailing whitespace ignored, indentation counted),
 first-identifier match, edit similarity (1 - Levenshtein / longer length), pass@1 (HumanEval,
 running the tests with the line as completed; an abstention leaves the line blank), show rate
 (non-empty answers), precision when shown (exact among shown), p50/p95 latency of the LSP
-request (ms; baselines: none). An abstention counts as a miss in every accuracy column.
+request (ms; baselines: none). An abstention counts as a miss in every accuracy column. The
+"all" row is asked through `glm5.explainContext` (the same completion, plus every candidate's
+score), which also gives the row "all, no abstaining": the best-scored candidate, shown always.
 
-Usage: python bench/bench_quality.py [--model DIR] [--humaneval 60] [--heldout-files 15 --per-file 4]
-                                     [--repo 20] [--rows plain,constraints,...] [--out runs/quality.json]
+Usage: python bench/bench_quality.py [--model DIR] [--humaneval 32] [--heldout-files 8 --per-file 4]
+                                     [--repo 10] [--rows plain,constraints,...] [--out runs/quality.json]
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from context.index import WorkspaceIndex
 from context.members import disk_reader
 from context.positions import Position
 from context.retrieval import previous_line, similar_lines
-from training import humaneval
+from training import baselines, humaneval
 from training.holes import Hole
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,10 +51,10 @@ ROWS: dict[str, dict[str, object]] = {
     "constraints": {**OFF, "constraints": True},
     "candidates": {**OFF, "numCandidates": 4, "retrieval": True},
     "reranking": {**OFF, "numCandidates": 4, "rerank": True, "abstain": True},
-    "all, no abstaining": {"constraints": True, "numCandidates": 4, "retrieval": True, "rerank": True, "abstain": False},
     "all": {"constraints": True, "numCandidates": 4, "retrieval": True, "rerank": True, "abstain": True},
 }
-BASELINE_ROWS = ("baseline: previous line", "baseline: line after most similar")
+NO_ABSTAIN = "all, no abstaining"  # derived from the "all" server's explainContext (the best-scored candidate)
+BASELINE_ROWS = ("baseline: previous line", "baseline: line after most similar", "baseline: most similar context")
 _IDENT = re.compile(r"[A-Za-z_]\w*")
 
 
@@ -79,9 +83,11 @@ def baseline_answers(item: Item, indexes: dict[Path, WorkspaceIndex]) -> dict[st
     snapshot = Document(item.path.resolve().as_uri(), "python", 1, item.text).snapshot()
     site = build_site(snapshot, Position(item.line, 0), CompletionKind.SINGLE_LINE, index)
     similar = similar_lines(site, index, disk_reader({}), 1)
+    hole = hole_of(item)
     return {
         BASELINE_ROWS[0]: previous_line(site) or "",
         BASELINE_ROWS[1]: similar[0].text if similar else "",
+        BASELINE_ROWS[2]: baselines.similar_line(hole.prefix, hole.suffix, hole.path),
     }
 
 
@@ -148,7 +154,11 @@ async def run_rows(items: list[Item], model: str, rows: list[str], log_dir: Path
             item.path.write_text(item.text, encoding="utf-8")  # no row may read the target from disk
             try:
                 for server in servers:
-                    text, seconds = await server.complete(item)
+                    if server.name == "all":
+                        text, seconds, best = await _explained(server, item)
+                        answers.setdefault(NO_ABSTAIN, []).append(best)
+                    else:
+                        text, seconds = await server.complete(item)
                     answers[server.name].append(text)
                     latency[server.name].append(seconds)
             finally:
@@ -162,13 +172,24 @@ async def run_rows(items: list[Item], model: str, rows: list[str], log_dir: Path
             await server.stop()
 
 
+async def _explained(server: RowServer, item: Item) -> tuple[str, float, str]:
+    """(shown text, seconds, best-scored candidate) of the "all" row, through glm5.explainContext,
+    which runs the same completion as inlineCompletion and also returns the candidates' scores."""
+    started = time.perf_counter()
+    explained = await server.explain(item)
+    seconds = time.perf_counter() - started
+    scored = [c for c in explained.get("candidates", []) if c.get("score") is not None]
+    best = max(scored, key=lambda c: c["score"])["text"] if scored else explained.get("completion", "")
+    return explained.get("completion", ""), seconds, best
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", help="checkpoint directory (default: the embedded model)")
-    parser.add_argument("--humaneval", type=int, default=60, help="HumanEval holes (every k-th of 1,033)")
-    parser.add_argument("--heldout-files", type=int, default=15)
+    parser.add_argument("--humaneval", type=int, default=32, help="HumanEval holes (every k-th of 1,033)")
+    parser.add_argument("--heldout-files", type=int, default=8)
     parser.add_argument("--per-file", type=int, default=4)
-    parser.add_argument("--repo", type=int, default=20, help="holes per package")
+    parser.add_argument("--repo", type=int, default=10, help="holes per package")
     parser.add_argument("--cache", type=Path, default=REPO / ".cache" / "quality")
     parser.add_argument("--rows", default=",".join(ROWS), help="comma-separated neural rows")
     parser.add_argument("--sets", default="repo,heldout,humaneval")
@@ -187,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="glm5-quality-"))
     started = time.perf_counter()
     dump: dict[str, object] = {"rows": rows, "model": model, "packages": list(EVAL_PACKAGES)}
+    print(f"load average at start {Path('/proc/loadavg').read_text().split()[:3]}", flush=True)
     for set_name in args.sets.split(","):
         problems: dict[str, humaneval.Problem] = {}
         if set_name == "humaneval":
@@ -209,10 +231,10 @@ def main(argv: list[str] | None = None) -> int:
             "items": [{"path": str(i.path), "line": i.line, "target": i.target, "answers": {r: answers[r][n] for r in answers}}
                       for n, i in enumerate(items)],
         }
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(dump, indent=1))
     print(f"\n[{time.perf_counter() - started:.0f} s; load average {Path('/proc/loadavg').read_text().split()[:3]}]")
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(dump, indent=1))
     return 0
 
 

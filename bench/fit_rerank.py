@@ -68,7 +68,7 @@ def choose_threshold(best: list[tuple[float, bool]]) -> tuple[float, dict[str, f
 
 
 async def collect(items: list[Item], model: str, log_dir: Path) -> list[dict]:
-    server = await RowServer.start("fit", model, ROWS["all, no abstaining"], log_dir)
+    server = await RowServer.start("fit", model, {**ROWS["all"], "abstain": False}, log_dir)
     try:
         await server.wait_ready()
         explained = []

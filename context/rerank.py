@@ -8,7 +8,8 @@ Role: each candidate (the model's n-best and the retrieval candidates) gets `Fea
 - `undefined`: it uses a name that is not defined at the cursor, or a member its qualifier
   does not have (the scopes of `constraints.Site`; Python only);
 - `repeats`: it re-types the next line or the rest of the cursor line;
-- where it came from (model rank, retrieval source) and how many sources agree on it.
+- where it came from (model rank, retrieval source) and how many sources agree on it;
+- `unfinished`: the model's candidate hit the token limit before the line ended.
 A `Reranker` (logistic regression weights, stored as data in `data/rerank.json`, fitted by
 `bench/fit_rerank.py` on holes that are not the evaluation's) turns features into the
 probability that the candidate is exactly right; `choose` shows the best one, or nothing when
@@ -32,9 +33,8 @@ from context.constraints import Site
 WEIGHTS_PATH = Path(__file__).with_name("data") / "rerank.json"
 FEATURES = (
     "mean_logprob", "logprob", "parses", "undefined", "repeats", "blank", "model", "model_top",
-    "similar_line", "identifier", "call", "agreement", "tokens",
+    "similar_line", "similar_context", "identifier", "call", "agreement", "tokens", "unfinished",
 )
-SOURCES = ("model", "similar-line", "identifier", "call")
 _STRING = re.compile(r"[rbfuRBFU]{0,2}(\"\"\"[\s\S]*?\"\"\"|'''[\s\S]*?'''|\"(?:\\.|[^\"\\])*\"?|'(?:\\.|[^'\\])*'?)")
 _LEX = re.compile(r"[A-Za-z_]\w*|\d[\w.]*|==|!=|<=|>=|:=|->|\*\*|//|#.*|[^\s\w]")
 _BINDERS = frozenset({"def", "class", "as", "import", "global", "nonlocal", "from"})
@@ -53,6 +53,7 @@ class Scored:
     model_rank: int | None  # rank in the model's n-best (0 = best), None if the model did not propose it
     logprob: float  # log p(text + end) under the FIM prompt
     tokens: int
+    finished: bool = True  # False for a model candidate cut off by the token limit
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,10 +77,12 @@ def features(site: Site, candidate: Scored) -> Features:
         "model": float(candidate.model_rank is not None),
         "model_top": float(candidate.model_rank == 0),
         "similar_line": float("similar-line" in candidate.sources),
+        "similar_context": float("similar-context" in candidate.sources),
         "identifier": float("identifier" in candidate.sources),
         "call": float("call" in candidate.sources),
         "agreement": float(len(set(candidate.sources)) - 1),
         "tokens": min(tokens, 40) / 10,
+        "unfinished": float(not candidate.finished),
     }
     return Features(tuple(values[name] for name in FEATURES))
 

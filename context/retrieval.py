@@ -2,11 +2,13 @@
 
 Role: for one cursor (`constraints.Site`), propose single-line texts to insert there; the
 server scores them under the model with the model's own n-best and the reranker picks one.
-Three sources, each tagged:
+Four sources, each tagged:
 - "similar-line": the line after the line most like the one above the cursor (token Jaccard),
   in this file and in related files (open documents, files this one imports or is imported by,
   files of its directory), re-indented to the cursor's block. Its best candidate alone is the
   non-neural baseline "line after the most similar line".
+- "similar-context": lines of this file whose neighbours (the lines above and below) look like
+  the cursor's (the "most similar line in the file" baseline of `training.baselines`).
 - "identifier": completions of the identifier being typed from the names defined at the cursor,
   the members of its qualifier (`geometry.cen|`) and the workspace index.
 - "call": calls to workspace functions this file can reach by import, with their parameter
@@ -41,16 +43,17 @@ TextSource = Callable[[str], str | None]
 @dataclass(frozen=True, slots=True)
 class Retrieved:
     text: str  # what to insert at the cursor (one line)
-    source: str  # "similar-line", "identifier" or "call"
+    source: str  # "similar-line", "similar-context", "identifier" or "call"
     detail: str = ""  # where it came from
 
 
 @dataclass(frozen=True, slots=True)
 class RetrievalOptions:
     similar: int = 3
+    context: int = 2
     identifiers: int = 4
     calls: int = 4
-    limit: int = 10
+    limit: int = 12
 
 
 def retrieve(
@@ -58,6 +61,7 @@ def retrieve(
 ) -> list[Retrieved]:
     """Candidates for `site` (see the module docstring), unique, at most `options.limit`."""
     found = similar_lines(site, index, read, options.similar)
+    found += context_lines(site, options.context)
     found += identifier_completions(site, index, options.identifiers)
     found += call_candidates(site, index, options.calls)
     unique: dict[str, Retrieved] = {}
@@ -107,6 +111,34 @@ def similar_lines(site: Site, index: WorkspaceIndex | None, read: TextSource, li
         text = _place(site, lines[above], line, after)
         if text is not None and all(f.text != text for f in found):
             found.append(Retrieved(text, "similar-line", where))
+            if len(found) >= limit:
+                break
+    return found
+
+
+def context_lines(site: Site, limit: int = 2) -> list[Retrieved]:
+    """Lines of this file whose neighbours look like the cursor's: the line above each scored
+    against the line above the cursor, the line below against the line below (best first)."""
+    lines = site.snapshot.text.splitlines()
+    row = site.position.line
+    above_i, below_i = _nearest_code(lines, row - 1, -1), _nearest_code(lines, row + 1, +1)
+    want_above = _tokens(lines[above_i]) if above_i is not None else frozenset()
+    want_below = _tokens(lines[below_i]) if below_i is not None else frozenset()
+    scored: list[tuple[float, int, int]] = []
+    for i, line in enumerate(lines):
+        if i == row or not line.strip():
+            continue
+        up, down = _nearest_code(lines, i - 1, -1), _nearest_code(lines, i + 1, +1)
+        score = _jaccard(_tokens(lines[up]) if up is not None and up != row else frozenset(), want_above)
+        score += _jaccard(_tokens(lines[down]) if down is not None and down != row else frozenset(), want_below)
+        if score > 0:
+            scored.append((score, -abs(i - row), i))
+    scored.sort(reverse=True)
+    found: list[Retrieved] = []
+    for _, _, i in scored:
+        text = _continue(site, lines[i])
+        if text is not None and text.strip() and all(f.text != text for f in found):
+            found.append(Retrieved(text, "similar-context", f"{site.snapshot.path}:{i + 1}"))
             if len(found) >= limit:
                 break
     return found

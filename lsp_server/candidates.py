@@ -40,6 +40,7 @@ from context.retrieval import Retrieved, retrieve
 from model_runtime.api import (
     ConstraintSpec,
     ContinuationScore,
+    FinishReason,
     GenerationRequest,
     GenerationResult,
     SamplingParams,
@@ -152,18 +153,21 @@ class _Entry:
     model_rank: int | None
     logprob: float  # the engine's, for model candidates (no end token); -inf otherwise
     tokens: int
+    finished: bool = True
 
 
 def pool(plan: Plan, prepared: pipeline.Prepared, result: GenerationResult) -> list[_Entry]:
     """Distinct post-processed candidates: the model's n-best (best first), then retrieval's."""
-    model = list(result.candidates) or []
+    model = list(result.candidates)
     entries: dict[str, _Entry] = {}
     if not model:
-        entries[pipeline.finish(prepared, result.text)] = _Entry(pipeline.finish(prepared, result.text), ["model"], 0, -math.inf, len(result.token_ids))
+        text = pipeline.finish(prepared, result.text)
+        entries[text] = _Entry(text, ["model"], 0, -math.inf, len(result.token_ids), result.finish_reason is not FinishReason.LENGTH)
     for rank, candidate in enumerate(model):
         text = pipeline.finish(prepared, candidate.text)
         if text not in entries:
-            entries[text] = _Entry(text, ["model"], rank, candidate.logprob, len(candidate.token_ids))
+            finished = candidate.finish_reason is not FinishReason.LENGTH
+            entries[text] = _Entry(text, ["model"], rank, candidate.logprob, len(candidate.token_ids), finished)
     for item in plan.retrieved:
         text = pipeline.finish(prepared, item.text)
         if text in entries:
@@ -188,11 +192,13 @@ def decide(plan: Plan, entries: Sequence[_Entry], scores: Sequence[ContinuationS
     """Rerank `entries` with the engine's `scores` (None: the engine cannot score) and choose."""
     if scores is None:
         own = [e for e in entries if e.model_rank is not None]
-        scored = [Scored(e.text, tuple(e.sources), e.model_rank, e.logprob, e.tokens) for e in own]
+        scored = [Scored(e.text, tuple(e.sources), e.model_rank, e.logprob, e.tokens, e.finished) for e in own]
         best = min(range(len(own)), key=lambda i: own[i].model_rank or 0) if own else None
         text = scored[best].text if best is not None else ""
         return Decision(text, False, False, tuple(scored), Choice(best, tuple(e.logprob for e in own), False), ())
-    scored = [Scored(e.text, tuple(e.sources), e.model_rank, s.logprob, s.num_tokens) for e, s in zip(entries, scores, strict=True)]
+    scored = [
+        Scored(e.text, tuple(e.sources), e.model_rank, s.logprob, s.num_tokens, e.finished) for e, s in zip(entries, scores, strict=True)
+    ]
     site = plan.site
     reranker = active_reranker() if plan.rerank else None
     if site is None:

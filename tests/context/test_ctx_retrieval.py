@@ -10,7 +10,7 @@ from context.document import Document
 from context.index import WorkspaceIndex
 from context.members import disk_reader
 from context.positions import TextIndex
-from context.retrieval import call_candidates, identifier_completions, previous_line, retrieve, similar_lines
+from context.retrieval import call_candidates, context_lines, identifier_completions, previous_line, retrieve, similar_lines
 
 CURSOR = "┃"
 
@@ -97,3 +97,11 @@ def test_retrieve_merges_sources_uniquely(tmp_path: Path) -> None:
     assert len(texts) == len(set(texts))
     assert {"similar-line", "call"} <= {f.source for f in found}
     assert all("\n" not in t and t.strip() for t in texts)
+
+
+def test_context_lines_match_the_neighbours_above_and_below(tmp_path: Path) -> None:
+    marked = 'def f(d):\n    a = d["a"]\n    b = d["b"]\n    return a, b\n\n\ndef g(d):\n    a = d["a"]\n┃\n    return a, b\n'
+    site, _ = site_for(tmp_path, marked)
+    found = context_lines(site, 1)
+    assert [f.text for f in found] == ['    b = d["b"]']
+    assert found[0].source == "similar-context"

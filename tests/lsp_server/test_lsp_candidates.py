@@ -41,7 +41,7 @@ def _texts(answer) -> list[str]:
 
 
 async def test_reranking_shows_the_likely_retrieval_candidate_over_the_models_text(tmp_path: Path) -> None:
-    session, uri = await _session(tmp_path, [["centroid(points)", LIKELY]])
+    session, uri = await _session(tmp_path, [["centroid(points)", LIKELY]], {"abstain": False})
     try:
         assert _texts(await session.inline(uri, 4, 13)) == ["centroid(points)"]
     finally:
@@ -62,7 +62,7 @@ async def test_abstains_with_no_item_when_no_candidate_is_likely(tmp_path: Path)
 
 
 async def test_explain_reports_candidates_scores_and_the_constraint(tmp_path: Path) -> None:
-    session, uri = await _session(tmp_path, [["centroid(points)", LIKELY]])
+    session, uri = await _session(tmp_path, [["centroid(points)", LIKELY]], {"abstain": False})
     try:
         explained = await session.command("glm5.explainContext", {"uri": uri, "position": {"line": 4, "character": 13}})
         by_text = {c["text"]: c for c in explained["candidates"]}
