@@ -12,6 +12,9 @@ Invariants:
 - Thread-safe: one lock guards the tables; parsing happens outside it, so readers wait only for
   table updates. Readers get copies.
 - Paths are absolute and normalised; roots are resolved (`realpath`) once.
+- Open documents overlay the disk: while `open_buffer(path, text)` holds a path, reads from disk
+  (a build, the watcher) leave its entry alone, so the editor's unsaved text is what the index
+  answers from; `close_buffer` goes back to the file on disk.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ class WorkspaceIndex:
         self._references: dict[str, list[Reference]] = {}
         self._importers: dict[str, set[str]] = {}
         self._skipped: dict[str, str] = {}
+        self._buffers: set[str] = set()  # paths whose entry comes from an open editor buffer
 
     # --- building and updating
 
@@ -88,9 +92,38 @@ class WorkspaceIndex:
             return False
         return self._index_path(path, text, if_changed=text is None)
 
-    def remove_file(self, path: str | os.PathLike[str]) -> None:
+    def open_buffer(self, path: str | os.PathLike[str]) -> None:
+        """From now until `close_buffer`, `path` is indexed only from its editor buffer
+        (`update_buffer`); disk reads leave it alone."""
         path = self._normalise(path)
         with self._lock:
+            self._buffers.add(path)
+
+    def update_buffer(self, path: str | os.PathLike[str], text: str) -> bool:
+        """Index the buffer text of `path` if it is still open (a late update after the editor
+        closed it is dropped); True when indexed."""
+        path = self._normalise(path)
+        with self._lock:
+            if path not in self._buffers:
+                return False
+        return self.update_file(path, text)
+
+    def close_buffer(self, path: str | os.PathLike[str]) -> bool:
+        """Forget the buffer of `path` and index the file on disk again."""
+        path = self._normalise(path)
+        with self._lock:
+            self._buffers.discard(path)
+        if not os.path.isfile(path):
+            self.remove_file(path)
+            return False
+        return self.update_file(path)
+
+    def remove_file(self, path: str | os.PathLike[str]) -> None:
+        """Forget `path` (an open buffer's entry stays until `close_buffer`)."""
+        path = self._normalise(path)
+        with self._lock:
+            if path in self._buffers:
+                return
             self._skipped.pop(path, None)
             self._uninstall(path)
 
@@ -98,7 +131,7 @@ class WorkspaceIndex:
         """Forget every file under `directory` (deleted or moved away). Returns the paths forgotten."""
         prefix = self._normalise(directory) + os.sep
         with self._lock:
-            paths = [path for path in self._files if path.startswith(prefix)]
+            paths = [path for path in self._files if path.startswith(prefix) and path not in self._buffers]
             for path in paths:
                 self._uninstall(path)
         return paths
@@ -297,9 +330,11 @@ class WorkspaceIndex:
             return False
         stamp = None
         if text is None:
-            stamp = _stamp(path)
             with self._lock:
+                if path in self._buffers:
+                    return True  # the editor's text wins over the disk
                 entry = self._files.get(path)
+            stamp = _stamp(path)
             if if_changed and entry is not None and stamp is not None and entry.stamp == stamp:
                 return True
             source = read_source(path, self.max_file_bytes)

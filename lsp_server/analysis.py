@@ -20,12 +20,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from context.document import DocumentSnapshot, path_from_uri
+from context.document import DocumentSnapshot
 from context.index import WorkspaceIndex
 from context.symbols import undeclared_symbols
 from lsprotocol import types
 
-from .convert import lsp_range
+from .encoding import PositionEncoding
 
 if TYPE_CHECKING:
     from .server import Glm5Server
@@ -49,13 +49,10 @@ class Analysis:
         self._timers[uri] = asyncio.get_running_loop().call_later(delay, self._run, uri)
 
     def closed(self, uri: str) -> None:
-        """Forget a closed document: clear its diagnostics, re-read the file from disk."""
+        """Forget a closed document: clear its diagnostics (the state re-read it from disk)."""
         if (timer := self._timers.pop(uri, None)) is not None:
             timer.cancel()
         self._ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
-        index, path = self._ls.index, path_from_uri(uri)
-        if index is not None and path is not None:
-            index.update_file(Path(path))
 
     def refresh_all(self) -> None:
         for uri in list(self._ls.documents):
@@ -70,7 +67,9 @@ class Analysis:
         snapshot = self._ls.snapshot(uri)
         own_tree = replace(snapshot, tree=snapshot.tree.copy()) if snapshot.tree is not None else snapshot
         try:  # tree-sitter trees are not thread-safe: the worker reads its own (shallow) copy
-            diagnostics = await asyncio.to_thread(self._compute, own_tree, self._ls.index, self._ls.settings.diagnostics)
+            diagnostics = await asyncio.to_thread(
+                self._compute, own_tree, self._ls.index, self._ls.settings.diagnostics, self._ls.state.encoding
+            )
         except Exception:
             log.exception("analysis of %s failed", uri)
             return
@@ -80,10 +79,12 @@ class Analysis:
             )
 
     @staticmethod
-    def _compute(snapshot: DocumentSnapshot, index: WorkspaceIndex | None, enabled: bool) -> list[types.Diagnostic]:
+    def _compute(
+        snapshot: DocumentSnapshot, index: WorkspaceIndex | None, enabled: bool, encoding: PositionEncoding
+    ) -> list[types.Diagnostic]:
         """Worker thread: refresh the index with the editor's text, find undeclared symbols."""
         if index is not None and snapshot.path is not None:
-            index.update_file(Path(snapshot.path), snapshot.text)
+            index.update_buffer(Path(snapshot.path), snapshot.text)
         if not enabled:
             return []
         if len(snapshot.text) > MAX_ANALYSED_CHARS:
@@ -91,7 +92,7 @@ class Analysis:
             return []
         return [
             types.Diagnostic(
-                range=lsp_range(symbol.range),
+                range=encoding.range_out(snapshot.lines, symbol.range),
                 message=f"`{symbol.name}` is not declared",
                 severity=types.DiagnosticSeverity.Warning,
                 source=SOURCE,

@@ -49,6 +49,7 @@ from model_runtime.api import (
 from model_runtime.healing import heal
 
 from . import pipeline
+from .errors import GenerationFailed
 from .settings import ServerSettings
 
 log = logging.getLogger(__name__)
@@ -224,7 +225,7 @@ async def settle(engine: Any, plan: Plan, prepared: pipeline.Prepared, result: G
         return unscored(plan, entries)
     try:
         scores = await engine.score(score_request(plan, entries, tokenizer, result.request_id))
-    except (NotImplementedError, TimeoutError, RuntimeError) as exc:
+    except (NotImplementedError, TimeoutError, RuntimeError, GenerationFailed) as exc:
         log.info("candidates not scored (%s): showing the model's best", exc)
         scores = None
     return decide(plan, entries, scores)

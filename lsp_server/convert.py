@@ -1,8 +1,7 @@
-"""Conversions between LSP types (lsprotocol), untyped JSON and the context layer's positions.
+"""Untyped JSON from the client (custom notifications, command arguments) as plain values.
 
-Invariants: positions stay in UTF-16 code units on both sides (the encoding pygls negotiates
-by default); out-of-range values pass through for the context layer to clamp; malformed
-untyped JSON (custom notifications, command arguments) raises `InvalidParams` naming the field.
+Invariants: malformed untyped JSON raises `InvalidParams` naming the field; positions parsed
+here are in the client's units (`encoding.PositionEncoding` converts them).
 """
 
 from __future__ import annotations
@@ -10,26 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from context.positions import Position, Range
-from lsprotocol import types
+from context.positions import Position
 
 from .errors import InvalidParams
-
-
-def position(p: types.Position) -> Position:
-    return Position(p.line, p.character)
-
-
-def range_(r: types.Range) -> Range:
-    return Range(position(r.start), position(r.end))
-
-
-def lsp_position(p: Position) -> types.Position:
-    return types.Position(line=max(p.line, 0), character=max(p.character, 0))
-
-
-def lsp_range(r: Range) -> types.Range:
-    return types.Range(start=lsp_position(r.start), end=lsp_position(r.end))
 
 
 def plain(value: Any) -> Any:

@@ -1,14 +1,15 @@
-"""`Glm5Server`: the language server's state, and `build_server()` which wires the features.
+"""`Glm5Server`: the language server, and `build_server()` which wires the features.
 
-Role: one object holds what the handlers share: settings, open documents (by version), the
-cursor per document, the workspace index and its watcher, recent edits, the engine client,
+Role: holds the services the handlers share: settings, the workspace state (`state`:
+documents, roots, index, cursors, recent edits; see `lsp_server.state`), the engine client,
 in-flight completion jobs, the completion cache and local statistics. Handlers (one feature
-per file in `features/`) stay thin and call into this state and the services.
+per file in `features/`) stay thin and call into the state and the services.
 
 Invariants:
-- Edits mutate documents synchronously, in message order; every request works on an
-  immutable `DocumentSnapshot` of one version.
+- Only `WorkspaceState`'s methods change documents, roots and the index; the read-only
+  properties here (`documents`, `index`, ...) are views of it.
 - The index may be None until the background start-up has built it; readers handle that.
+- Background tasks are kept until they end, and their failures are logged.
 - No torch at import: the engine is loaded by `EngineClient` on a worker thread.
 """
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -26,8 +27,8 @@ from context.document import Document, DocumentSnapshot
 from context.edits import RecentEdits
 from context.index import WorkspaceIndex
 from context.positions import Position
-from context.watcher import IndexWatcher
 from lsprotocol import types
+from model_runtime.remote.config import RemoteConfig
 from pygls.lsp.server import LanguageServer
 
 from . import __version__, pipeline
@@ -35,13 +36,14 @@ from .analysis import Analysis
 from .completion_cache import CompletionCache
 from .completions import Completions
 from .engine_client import EngineClient, ModelHandle, ModelLoader, RuntimeOptions, load_runtime
-from .errors import DocumentNotOpen, Glm5Error, StaleRequest, Superseded
+from .errors import Glm5Error, StaleRequest, Superseded
 from .fixer import Fixer
 from .jobs import CompletionJobs
 from .pipeline import Prepared
 from .progress import send_status
 from .protocol import Glm5Protocol
 from .settings import ServerSettings
+from .state import WorkspaceState
 from .stats import ServerStats
 
 log = logging.getLogger(__name__)
@@ -50,7 +52,7 @@ log = logging.getLogger(__name__)
 class Glm5Server(LanguageServer):
     def __init__(
         self, loader: ModelLoader = load_runtime, model: str | None = None, device: str | None = None, dtype: str | None = None,
-        mtp: bool = False,
+        mtp: bool = False, engine_url: RemoteConfig | None = None,
     ) -> None:
         super().__init__(
             name="glm5-lsp",
@@ -62,15 +64,9 @@ class Glm5Server(LanguageServer):
         self.cli_device = device
         self.cli_dtype = dtype
         self.cli_mtp = mtp
+        self.cli_engine = engine_url
         self.settings = ServerSettings()
-        self.documents: dict[str, Document] = {}
-        self.cursors = CursorTracker()
-        self.recent_edits = RecentEdits()
-        self.index: WorkspaceIndex | None = None
-        self.index_ready = asyncio.Event()  # set once the first index build ended
-        self.index_generation = 0  # the latest build wins when roots change during a build
-        self.watcher: IndexWatcher | None = None
-        self.roots: list[Path] = []
+        self.state = WorkspaceState()
         self.engine = EngineClient(loader)
         self.jobs = CompletionJobs()
         self.cache = CompletionCache(self.settings.cache_size)
@@ -91,20 +87,42 @@ class Glm5Server(LanguageServer):
     def runtime_options(self) -> RuntimeOptions:
         return RuntimeOptions(
             self.cli_device or self.settings.device, self.cli_dtype or self.settings.dtype, self.cli_mtp or self.settings.mtp,
+            self.cli_engine or self.settings.engine,
         )
 
+    # ---- read-only views of the workspace state ----------------------------------------------
+    @property
+    def documents(self) -> Mapping[str, Document]:
+        return self.state.documents
+
+    @property
+    def roots(self) -> list[Path]:
+        return self.state.roots
+
+    @property
+    def index(self) -> WorkspaceIndex | None:
+        return self.state.index
+
+    @property
+    def index_ready(self) -> asyncio.Event:
+        return self.state.index_ready
+
+    @property
+    def cursors(self) -> CursorTracker:
+        return self.state.cursors
+
+    @property
+    def recent_edits(self) -> RecentEdits:
+        return self.state.recent_edits
+
     def snapshot(self, uri: str) -> DocumentSnapshot:
-        document = self.documents.get(uri)
-        if document is None:
-            raise DocumentNotOpen(uri)
-        return document.snapshot()
+        return self.state.snapshot(uri)
 
     def document_version(self, uri: str) -> int | None:
-        document = self.documents.get(uri)
-        return document.version if document is not None else None
+        return self.state.document_version(uri)
 
     def open_snapshots(self, exclude: str | None = None) -> list[DocumentSnapshot]:
-        return [d.snapshot() for uri, d in self.documents.items() if uri != exclude]
+        return self.state.open_snapshots(exclude)
 
     @contextmanager
     def busy(self, message: str) -> Iterator[None]:
@@ -123,11 +141,22 @@ class Glm5Server(LanguageServer):
             if announce and self._busy == 0:
                 send_status(self, "ready")
 
-    def background(self, work: Coroutine[Any, Any, Any]) -> None:
-        """Run `work` as a task the server keeps a reference to until it ends."""
+    def background(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """Run `work` as a task the server keeps a reference to until it ends; its failure is
+        logged (a typed error as a warning, anything else with its traceback)."""
         task = asyncio.ensure_future(work)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if task.cancelled() or (error := task.exception()) is None:
+            return
+        if isinstance(error, Glm5Error):
+            log.warning("background task %s: %s", task.get_name(), error)
+        else:
+            log.error("background task %s failed: %s", task.get_name(), error, exc_info=error)
 
     def prepare(self, snapshot: DocumentSnapshot, position: Position, handle: ModelHandle, force: bool = False) -> Prepared:
         """The completion pipeline's request for `position`, with all of the server's context."""
@@ -147,18 +176,16 @@ class Glm5Server(LanguageServer):
         self.protocol.report_bad_input(error)
 
     def shutdown_runtime(self) -> None:
-        if self.watcher is not None:
-            self.watcher.stop()
-            self.watcher = None
+        self.state.stop_watcher()
         self.engine.shutdown()
 
 
 def build_server(
     model: str | None = None, device: str | None = None, loader: ModelLoader = load_runtime, dtype: str | None = None,
-    mtp: bool = False,
+    mtp: bool = False, engine_url: RemoteConfig | None = None,
 ) -> Glm5Server:
     from .features import register_all
 
-    server = Glm5Server(loader=loader, model=model, device=device, dtype=dtype, mtp=mtp)
+    server = Glm5Server(loader=loader, model=model, device=device, dtype=dtype, mtp=mtp, engine_url=engine_url)
     register_all(server)
     return server

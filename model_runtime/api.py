@@ -20,8 +20,8 @@ from typing import Protocol
 class FinishReason(str, Enum):
     """Why a generation ended."""
 
-    STOP = "stop"  # a stop token or stop string was produced
-    LENGTH = "length"  # max_tokens reached
+    STOP = "stop"  # a stop token or stop string was produced, or confidence collapsed
+    LENGTH = "length"  # max_tokens reached, or the decode budget (`max_decode_ms`) spent
     ABORT = "abort"  # aborted by the caller (cancel, stale document, newer request)
     ERROR = "error"  # the engine failed on this request; see `GenerationResult.error`
 
@@ -37,6 +37,8 @@ class SamplingParams:
     seed: int | None = None
     stop_token_ids: tuple[int, ...] = ()  # added to the tokenizer's eos ids
     stop_strings: tuple[str, ...] = ()  # generation ends *before* the first occurrence
+    max_decode_ms: float = 0.0  # latency budget of decoding, from the first token; 0 = none
+    min_confidence: float = 0.0  # once a line is complete, stop before a token less likely than this
 
     def __post_init__(self) -> None:
         if self.max_tokens < 0:
@@ -47,6 +49,10 @@ class SamplingParams:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+        if self.max_decode_ms < 0:
+            raise ValueError(f"max_decode_ms must be >= 0, got {self.max_decode_ms}")
+        if not 0 <= self.min_confidence < 1:
+            raise ValueError(f"min_confidence must be in [0, 1), got {self.min_confidence}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,10 +112,22 @@ class GenerationRequest:
     # >1: n-best (beam search when greedy, diverse sampling otherwise), batched in one engine
     # call sharing the prompt's KV blocks
     num_candidates: int = 1
+    record_attention: bool = False  # fill `GenerationResult.attention` (costs a little per step)
 
     def __post_init__(self) -> None:
         if self.num_candidates < 1:
             raise ValueError(f"num_candidates must be >= 1, got {self.num_candidates}")
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionRecord:
+    """What the model looked at for one request (see `model_runtime.attention_record`)."""
+
+    selections: tuple[int, ...]  # per prompt token: DSA selections by generating queries, over layers and steps
+    queries: int  # generating query rows counted (the last prompt position, then one per decode step)
+    layers: int
+    index_topk: int
+    expert_load: tuple[tuple[int, ...], ...]  # per layer: tokens routed to each expert; () for dense-MLP layers
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +168,7 @@ class GenerationResult:
     error: str | None = None
     candidates: tuple[Candidate, ...] = ()  # n-best, best first (also filled when num_candidates == 1)
     constraint: ConstraintReport | None = None
+    attention: AttentionRecord | None = None  # when the request set `record_attention`
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +204,7 @@ class EngineStats:
     generated_tokens: int = 0
     spec_drafted: int = 0  # MTP draft tokens proposed
     spec_accepted: int = 0  # MTP draft tokens accepted by the main model
+    engine_restarts: int = 0  # times the engine thread recovered from an exception (its requests failed)
 
 
 @dataclass(frozen=True, slots=True)

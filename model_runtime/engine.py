@@ -9,11 +9,22 @@ Invariants:
   it through `self._commands`; callbacks run on the engine thread.
 - An abort takes effect before the next step: an aborted request never decodes again and its
   cache blocks are released at once.
+- A request with a decode budget (`SamplingParams.max_decode_ms`) decodes at most one step past
+  it (`latency`); one with `min_confidence` stops where the model's confidence collapses.
 - With `use_mtp`, greedy output is identical to plain greedy decoding: drafts from the MTP
   layer are only kept when the main model's own argmax agrees.
+- The thread is supervised: an exception while scheduling or in one request's bookkeeping
+  fails the requests it touched (reason ERROR, with the exception) and the loop goes on
+  (`EngineStats.engine_restarts` counts it).
+- On stop, every sequence finishes as aborted and every queued call fails with
+  `EngineStopped`; later submits finish at once as aborted and later calls raise. Every wait
+  for the engine thread is bounded (`WAIT_S`), so no caller blocks forever.
 - KV blocks evicted from the device pool go to host RAM, then to the workspace's disk store
   once `open_workspace` bound one (`model_runtime.kvstore`); after `IDLE_PERSIST_S` without work
   the engine thread writes unsaved blocks to disk in small batches, and `shutdown` writes the rest.
+- Token picks, their log-probabilities and each request's final result go through
+  `model_runtime.steering` (constraint monitors, n-best branches); a plain request picks exactly
+  as the sampler does, and constrained or n-best requests get no MTP drafts.
 """
 
 from __future__ import annotations
@@ -32,10 +43,12 @@ from model_runtime.api import (
     ContinuationScore, DoneCallback, EngineStats, EventCallback, FinishReason, GenerationRequest, GenerationResult,
     ProgressCallback, SamplingParams, ScoreRequest, StreamEvent, WarmupReport,
 )
+from model_runtime.attention_record import RequestRecord, StepRecorder
 from model_runtime.cache import BlockManager, KVCache
 from model_runtime.config import EngineConfig
 from model_runtime.kvstore.paths import store_dir
 from model_runtime.kvstore.tiers import CacheTiers
+from model_runtime.latency import budget_spent, confidence_collapsed
 from model_runtime.model_runner import Feed, ModelRunner, StepOutput
 from model_runtime.scheduler import Scheduler, Step
 from model_runtime.scoring import score_continuations
@@ -50,6 +63,11 @@ log = logging.getLogger(__name__)
 
 IDLE_PERSIST_S = 1.0  # idle time before unsaved KV blocks are written to the workspace's disk store
 IDLE_PERSIST_BLOCKS = 16  # blocks written per idle batch (the command queue is checked between)
+WAIT_S = 600.0  # the longest any caller waits for the engine thread (a call, a prefill, a warm-up forward)
+
+
+class EngineStopped(RuntimeError):
+    """The engine thread has stopped: nothing more runs on it."""
 
 
 class Engine:
@@ -69,11 +87,15 @@ class Engine:
         self._commands: queue.Queue[tuple[str, object]] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._stopping = False
+        self._stopped = False  # set (under `_gate`) once the thread has finished everything
+        self._gate = threading.Lock()
         self._counters = dict.fromkeys(EngineStats.__dataclass_fields__, 0)
         self._texts: dict[str, TextState] = {}
         self._prefill_only: set[str] = set()
+        self._records: dict[str, RequestRecord] = {}  # requests with `record_attention`
         self._prefill_ids = itertools.count()
         self._busy_at = 0.0
+        self.clock: Callable[[], float] = time.perf_counter  # decode budgets and first-token times
         self._steer = Steering(self)
 
     # ---- thread-safe API ------------------------------------------------------------------
@@ -85,10 +107,19 @@ class Engine:
 
     def submit(self, request: GenerationRequest, on_event: EventCallback | None = None, on_done: DoneCallback | None = None) -> None:
         self._counters["requests_submitted"] += 1
-        self._commands.put(("submit", (request, on_event, on_done)))
+        if not self._enqueue(("submit", (request, on_event, on_done))):
+            self._refuse(request, on_done)
 
     def abort(self, request_id: str) -> None:
-        self._commands.put(("abort", request_id))
+        self._enqueue(("abort", request_id))
+
+    def _enqueue(self, command: tuple[str, object]) -> bool:
+        """Queue a command for the thread; False once it has stopped."""
+        with self._gate:
+            if self._stopped:
+                return False
+            self._commands.put(command)
+            return True
 
     def stats(self) -> EngineStats:
         return EngineStats(**self._counters)
@@ -108,14 +139,18 @@ class Engine:
         except Exception:  # persisting is an optimisation: never fail a shutdown over it
             log.exception("persisting the KV cache at shutdown failed")
 
-    def call(self, fn: Callable[[], object], timeout: float | None = None) -> object:
-        """Run `fn` on the engine thread (or inline when no thread runs) and return its result."""
+    def call(self, fn: Callable[[], object], timeout: float = WAIT_S) -> object:
+        """Run `fn` on the engine thread (or inline before the thread starts) and return its
+        result. Raises EngineStopped once the engine stopped, TimeoutError after `timeout` s."""
+        if self._stopped:
+            raise EngineStopped("the engine has stopped")
         if self._thread is None or threading.current_thread() is self._thread:
             return fn()
         done, box = threading.Event(), {}
-        self._commands.put(("call", (fn, done, box)))
+        if not self._enqueue(("call", (fn, done, box))):
+            raise EngineStopped("the engine has stopped")
         if not done.wait(timeout):
-            raise TimeoutError(f"the engine did not answer within {timeout} s")
+            raise TimeoutError(f"the engine thread did not run a call within {timeout:g} s")
         if "error" in box:
             raise box["error"]
         return box["value"]
@@ -152,36 +187,85 @@ class Engine:
             raise RuntimeError("score waits for the engine thread, so it cannot run on it")
         return self.call(lambda: score_continuations(self, request), timeout)
 
-    def prefill(self, prompt_ids: Iterable[int]) -> GenerationResult:
+    def prefill(self, prompt_ids: Iterable[int], timeout: float = WAIT_S) -> GenerationResult:
         """Only fill the KV cache with `prompt_ids` (nothing is sampled), at low priority, and wait
         for it: warms the stable shared context of a workspace so the first completion reuses it."""
-        if self._thread is not None and threading.current_thread() is self._thread:
-            raise RuntimeError("prefill waits for the engine thread, so it cannot run on it")
         request = GenerationRequest(f"prefill-{next(self._prefill_ids)}", tuple(prompt_ids), SamplingParams(max_tokens=1), priority=-1)
+        self._prefill_only.add(request.request_id)
+        return self.run(request, timeout)
+
+    def run(self, request: GenerationRequest, timeout: float = WAIT_S) -> GenerationResult:
+        """Submit `request` and wait for its result (never on the engine thread). After `timeout`
+        seconds it is aborted and TimeoutError raised."""
+        if self._thread is not None and threading.current_thread() is self._thread:
+            raise RuntimeError("run waits for the engine thread, so it cannot run on it")
         done, box = threading.Event(), []
 
         def finished(result: GenerationResult) -> None:
             box.append(result)
             done.set()
 
-        self._prefill_only.add(request.request_id)
         if self._thread is None:
             self.add(request, None, finished)
             self.run_until_idle()
         else:
             self.submit(request, None, finished)
-            done.wait()
+            if not done.wait(timeout):
+                self.abort(request.request_id)
+                raise TimeoutError(f"{request.request_id}: no result from the engine within {timeout:g} s")
         return box[0]
 
     # ---- engine thread ----------------------------------------------------------------------
     def _loop(self) -> None:
         while not self._stopping:
-            persist = not self.scheduler.has_work and self._persist_due()
-            self._drain(block=not self.scheduler.has_work and not persist)
-            if self.scheduler.has_work and not self._stopping:
-                self.step()
-            elif persist and not self._stopping:
-                self.tiers.persist(IDLE_PERSIST_BLOCKS)
+            try:
+                self._tick()
+            except Exception as exc:
+                self._recover(exc)
+        self._stop_all()
+
+    def _tick(self) -> None:
+        persist = not self.scheduler.has_work and self._persist_due()
+        self._drain(block=not self.scheduler.has_work and not persist)
+        if self.scheduler.has_work and not self._stopping:
+            self.step()
+        elif persist and not self._stopping:
+            self.tiers.persist(IDLE_PERSIST_BLOCKS)
+
+    def _recover(self, exc: Exception) -> None:
+        """Supervision: fail every request in flight with the exception and go on."""
+        log.exception("engine thread: %s; failing the requests in flight and carrying on", exc)
+        self._counters["engine_restarts"] += 1
+        for seq in [*self.scheduler.waiting, *self.scheduler.running]:
+            self._fail_safely(seq, f"engine error: {type(exc).__name__}: {exc}")
+
+    def _stop_all(self) -> None:
+        """The thread's last act: abort every sequence, fail every queued command."""
+        with self._gate:
+            self._stopped = True
+        for seq in [*self.scheduler.waiting, *self.scheduler.running]:
+            seq.error = "the engine has stopped"
+            try:
+                self._finish(seq, FinishReason.ABORT)
+            except Exception:
+                log.exception("aborting %s at stop failed", seq.request_id)
+        while True:
+            try:
+                kind, payload = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            if kind == "submit":
+                self._refuse(payload[0], payload[2])
+            elif kind == "call":
+                _fn, done, box = payload
+                box["error"] = EngineStopped("the engine has stopped")
+                done.set()
+
+    def _refuse(self, request: GenerationRequest, on_done: DoneCallback | None) -> None:
+        """Finish a request that arrived after the engine stopped."""
+        self._counters["requests_aborted"] += 1
+        if on_done is not None:
+            on_done(GenerationResult(request.request_id, (), "", FinishReason.ABORT, len(request.prompt_ids), error="the engine has stopped"))
 
     def _persist_due(self) -> bool:
         return self.tiers.disk is not None and time.monotonic() - self._busy_at >= IDLE_PERSIST_S and self.tiers.unsaved()
@@ -200,7 +284,11 @@ class Engine:
 
     def _handle(self, kind: str, payload) -> None:
         if kind == "submit":
-            self.add(*payload)
+            try:
+                self.add(*payload)
+            except Exception as exc:  # a request the engine cannot even hold: fail it alone
+                log.exception("submit of %s failed", payload[0].request_id)
+                self._refuse_error(payload[0], payload[2], f"{type(exc).__name__}: {exc}")
         elif kind == "abort":
             self._abort(payload)
         elif kind == "call":
@@ -232,6 +320,8 @@ class Engine:
             self._fail(seq, error)
             return seq
         self._texts[seq.request_id] = self._steer.text_state(request)
+        if request.record_attention:
+            self._records[seq.request_id] = RequestRecord(self.loaded.config, seq.prompt_len)
         self.scheduler.add(seq)
         return seq
 
@@ -242,7 +332,7 @@ class Engine:
         self._busy_at = time.monotonic()
         feeds = [self._feed(s, n, step.is_prefill) for s, n in zip(step.seqs, step.num_tokens)]
         try:
-            out = self.runner.run(feeds)
+            out = self.runner.run(feeds, self._recorder(step.seqs, feeds))
             accepted = [self._accept(seq, feed, logits) for seq, feed, logits in zip(step.seqs, feeds, out.logits)]
             if self.config.use_mtp:
                 self._draft(step.seqs, feeds, out, accepted)
@@ -252,10 +342,17 @@ class Engine:
                 self._fail(seq, f"{type(exc).__name__}: {exc}")
             return step
         self._counters["decode_steps"] += not step.is_prefill
+        now = self.clock()
         for seq in step.seqs:
             seq.last_step_at = time.perf_counter()
             seq.decode_steps += not step.is_prefill
-            self._after_tokens(seq)
+            if seq.finish_reason is None and budget_spent(seq.sampling, seq.first_token_at, now):
+                seq.finish_reason = FinishReason.LENGTH
+            try:
+                self._after_tokens(seq)
+            except Exception as exc:  # one request's bookkeeping failed: fail it, not the others
+                log.exception("finishing the step of %s failed", seq.request_id)
+                self._fail_safely(seq, f"engine error: {type(exc).__name__}: {exc}")
         return step
 
     def run_until_idle(self) -> None:
@@ -263,6 +360,14 @@ class Engine:
             self.step()
 
     # ---- step helpers -------------------------------------------------------------------------
+    def _recorder(self, seqs: list[Sequence], feeds: list[Feed]) -> StepRecorder | None:
+        slots = [
+            (b, self._records[seq.request_id], feed.logits_from)
+            for b, (seq, feed) in enumerate(zip(seqs, feeds))
+            if seq.request_id in self._records
+        ]
+        return StepRecorder(slots) if slots else None
+
     def _feed(self, seq: Sequence, n: int, is_prefill: bool) -> Feed:
         tokens = seq.token_ids[seq.num_computed : seq.num_computed + (n if is_prefill else 1)]
         if not is_prefill and seq.draft is not None:
@@ -298,6 +403,8 @@ class Engine:
         else:
             new = [picks[-1]]
             seq.num_computed += len(feed.tokens)
+            if confidence_collapsed(seq.sampling, seq.text, logits[-1], new[0]):
+                seq.finish_reason, new = FinishReason.STOP, []
         seq.draft = None
         accepted = self._append(seq, new)
         self._seal(seq)
@@ -311,7 +418,7 @@ class Engine:
             taken.append(token)
             self._counters["generated_tokens"] += 1
             if seq.first_token_at is None:
-                seq.first_token_at = time.perf_counter()
+                seq.first_token_at = self.clock()
             if token in seq.stop_ids:
                 seq.finish_reason = FinishReason.STOP
             elif len(seq.output_ids) >= seq.sampling.max_tokens:
@@ -372,12 +479,32 @@ class Engine:
         seq.error = message
         self._finish(seq, FinishReason.ERROR)
 
+    def _fail_safely(self, seq: Sequence, message: str) -> None:
+        """`_fail`, or when the engine's own state cannot finish it, drop it and still answer."""
+        if seq.is_finished:
+            return  # already answered
+        try:
+            self._fail(seq, message)
+        except Exception:
+            log.exception("failing %s cleanly failed; dropping it", seq.request_id)
+            for queue_ in (self.scheduler.waiting, self.scheduler.running):
+                if seq in queue_:
+                    queue_.remove(seq)
+            self._texts.pop(seq.request_id, None)
+            self._refuse_error(seq.request, seq.on_done, message)
+
+    def _refuse_error(self, request: GenerationRequest, on_done: DoneCallback | None, message: str) -> None:
+        self._counters["requests_finished"] += 1
+        if on_done is not None:
+            on_done(GenerationResult(request.request_id, (), "", FinishReason.ERROR, len(request.prompt_ids), error=message))
+
     def _finish(self, seq: Sequence, reason: FinishReason) -> None:
         self.scheduler.remove(seq)
         seq.status = SequenceStatus.ABORTED if reason is FinishReason.ABORT else SequenceStatus.FINISHED
         seq.finish_reason = reason
         self._texts.pop(seq.request_id, None)
         self._prefill_only.discard(seq.request_id)
+        record = self._records.pop(seq.request_id, None)
         if not self._steer.is_child(seq):
             key = "requests_aborted" if reason is FinishReason.ABORT else "requests_finished"
             self._counters[key] += 1
@@ -387,6 +514,7 @@ class Engine:
             seq.request_id, tuple(seq.output_ids), seq.text, reason, seq.prompt_len, seq.cached_tokens,
             seq.prefilled_tokens, seq.decode_steps,
             None if seq.first_token_at is None else seq.first_token_at - seq.arrival, now - seq.arrival, seq.error,
+            attention=record.result() if record is not None else None,
         )
         if seq.on_event is not None:
             self._emit(seq, StreamEvent(seq.request_id, tuple(seq.output_ids[seq.emitted :]), seq.text, True, reason))

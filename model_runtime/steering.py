@@ -9,11 +9,14 @@ Invariants:
   sampler does; its candidate's log-probability is read from logits the engine already has.
 - Every candidate's `logprob` is the sum over its tokens of log p(token) under the model's own,
   unconstrained distribution.
-- n-best (`num_candidates = n > 1`): at the first decode step the request branches into the n best
-  legal first tokens (greedy) or n distinct draws (sampled); each branch is a child sequence that
-  references the prompt's KV blocks (`BlockManager.fork`) and decodes on in the same batches. The
-  parent keeps the best first token, so its own output is the plain request's output. The
-  request's `on_done` runs once, after the parent and every child ended; an abort ends them all.
+- n-best (`num_candidates = n > 1`, `model_runtime.nbest`): at the first decode step past the
+  heal prefix with two legal tokens or more, the request branches into the n best legal tokens
+  (greedy) or n distinct draws (sampled); each branch is a child sequence that references the
+  parent's KV blocks so far (`BlockManager.fork`: the prompt's and the heal tokens') and
+  decodes on in the same batches:
+  greedy branches as a beam search (the result's text is the best beam, streamed once at the
+  end), sampled ones independently (the parent streams as usual). The request's `on_done` runs
+  once, after the parent and every child ended; an abort ends them all.
 - Constrained and n-best sequences get no MTP drafts: their tokens come from the monitor.
 """
 
@@ -21,15 +24,15 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
 
-from model_runtime.api import Candidate, FinishReason, GenerationRequest, GenerationResult
+from model_runtime.api import Candidate, FinishReason, GenerationRequest, GenerationResult, StreamEvent
 from model_runtime.cache import CacheFullError
 from model_runtime.constraint.monitor import Monitor, compile_constraint
 from model_runtime.constraint.vocab import Vocab
+from model_runtime.nbest import Group, Proposal, rank, reshuffle
 from model_runtime.sampler import sample
 from model_runtime.sequence import Sequence, SequenceStatus
 from model_runtime.text import TextState
@@ -60,17 +63,6 @@ class HealedText(TextState):
         return "" if self.heal_prefix.startswith(text) else text
 
 
-@dataclass
-class Group:
-    """An n-best request: the parent sequence, its children, and the results so far."""
-
-    parent: Sequence
-    n: int
-    spawned: bool = False
-    children: list[Sequence] = field(default_factory=list)
-    results: dict[str, tuple[GenerationResult, Candidate | None]] = field(default_factory=dict)
-
-
 class Steering:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -79,6 +71,7 @@ class Steering:
         self.groups: dict[str, Group] = {}
         self.parent_of: dict[str, str] = {}
         self.branches: dict[str, list[int]] = {}
+        self.proposed: dict[str, list[int]] = {}
 
     # ---- request set-up -----------------------------------------------------------------------
     def text_state(self, request: GenerationRequest) -> TextState:
@@ -101,7 +94,10 @@ class Steering:
             except ValueError as exc:
                 return f"bad constraint: {exc}"
         if request.num_candidates > 1:
-            self.groups[seq.request_id] = Group(seq, request.num_candidates)
+            beam = request.sampling.temperature == 0
+            self.groups[seq.request_id] = Group(seq, request.num_candidates, beam, seq.on_event if beam else None)
+            if beam:  # beams may be re-pointed: only the final text is streamed
+                seq.on_event = None
         return None
 
     def _context(self, prompt_ids: tuple[int, ...]) -> str:
@@ -123,17 +119,21 @@ class Steering:
 
     def pick(self, seq: Sequence, logits: torch.Tensor) -> list[int]:
         """This step's token(s) for `seq` from its logits rows (one row unless an MTP draft was fed)."""
-        monitor, group = self.monitors.get(seq.request_id), self.groups.get(seq.request_id)
-        branching = group is not None and not group.spawned
-        if monitor is None and not branching:
+        monitor, group = self.monitors.get(seq.request_id), self.groups.get(self.parent_of.get(seq.request_id, seq.request_id))
+        healing = monitor is not None and monitor.active and bool(monitor.state.heal)
+        branching = group is not None and not group.spawned and not healing and seq is group.parent
+        proposing = group is not None and group.beam and group.spawned
+        if monitor is None and not branching and not proposing:
             return sample(logits, [seq.sampling] * len(logits), [seq.generator] * len(logits))
-        row, k = logits[-1], group.n if branching else 1
+        row, k = logits[-1], group.n if branching or proposing else 1
         picks = monitor.choose(row, k, seq.sampling, seq.generator) if monitor is not None else None
         if picks is None:
             picks = _free_picks(row, k, seq)
-        if branching:
+        if branching and len(picks) > 1:  # with one legal token there is nothing to branch into yet
             group.spawned = True
             self.branches[seq.request_id] = picks[1:]
+        elif proposing:
+            self.proposed[seq.request_id] = picks
         return picks[:1]
 
     def accepted(self, seq: Sequence, logits: torch.Tensor, tokens: list[int]) -> None:
@@ -142,27 +142,39 @@ class Steering:
             return
         rows = logits[: len(tokens)].float()
         lse = rows.logsumexp(-1)
+        before = self.logprobs[seq.request_id]
         self.logprobs[seq.request_id] += float((rows[torch.arange(len(tokens)), torch.tensor(tokens)] - lse).sum())
         monitor = self.monitors.get(seq.request_id)
         base = monitor.fork() if monitor is not None else None
         if monitor is not None:
             for token in tokens:
                 monitor.advance(token)
+        stem = seq.token_ids[: len(seq.token_ids) - len(tokens)]
         for index, token in enumerate(self.branches.pop(seq.request_id, ()), start=1):
-            self._spawn(seq, token, index, base, float(rows[0, token] - lse[0]))
+            self._spawn(seq, stem, token, index, base, before + float(rows[0, token] - lse[0]))
+        proposed = self.proposed.pop(seq.request_id, None)
+        if proposed is not None:
+            group = self.groups[self.parent_of.get(seq.request_id, seq.request_id)]
+            step = self.engine.stats().decode_steps  # the same for every sequence of one step
+            scored = [(t, float(rows[0, t] - lse[0])) for t in proposed]
+            group.proposals[seq.request_id] = Proposal(step, len(seq.token_ids), before, base, scored)
+            for moved in reshuffle(group, step, self.engine.blocks, self.logprobs, self.monitors):
+                self.engine._seal(moved)
 
-    def _spawn(self, parent: Sequence, token: int, index: int, base: Monitor | None, logprob: float) -> None:
-        """A child of `parent` whose first output token is `token`, on the prompt's shared blocks."""
+    def _spawn(self, parent: Sequence, stem: list[int], token: int, index: int, base: Monitor | None, logprob: float) -> None:
+        """A child of `parent` that continues `stem` (the parent's tokens before this step, all
+        computed) with `token`, on the parent's shared blocks."""
         engine, group = self.engine, self.groups[parent.request_id]
         request = dataclasses.replace(parent.request, request_id=f"{parent.request_id}#{index}", num_candidates=1)
         child = Sequence(request, None, None, parent.stop_ids)
         try:
-            child.block_table = engine.blocks.fork(parent.block_table, child.prompt_len)
+            child.block_table = engine.blocks.fork(parent.block_table, len(stem))
         except CacheFullError:
             log.info("no KV-cache room for branch %d of %s", index, parent.request_id)
             return
-        child.block_hashes = list(parent.block_hashes[: child.prompt_len // engine.blocks.block_size])
-        child.num_computed, child.status, child.arrival = child.prompt_len, SequenceStatus.RUNNING, parent.arrival
+        child.token_ids = list(stem)
+        child.block_hashes = list(parent.block_hashes[: len(stem) // engine.blocks.block_size])
+        child.num_computed, child.status, child.arrival = len(stem), SequenceStatus.RUNNING, parent.arrival
         child.last_step_at = parent.last_step_at
         if parent.sampling.temperature > 0:
             seed = parent.sampling.seed
@@ -207,7 +219,12 @@ class Steering:
         del self.groups[parent_id]
         self.branches.pop(parent_id, None)
         merged = group.results[parent_id][0]
-        ranked = _rank([c for _, c in group.results.values() if c is not None])
+        ranked = rank([c for _, c in group.results.values() if c is not None])
+        if group.beam and ranked:  # the best beam is the answer; its text is streamed once, at the end
+            best = ranked[0]
+            merged = dataclasses.replace(merged, token_ids=best.token_ids, text=best.text)
+            if group.on_event is not None:
+                _emit(group.on_event, StreamEvent(parent_id, best.token_ids, best.text, True, merged.finish_reason))
         _call(group.parent, dataclasses.replace(merged, candidates=ranked))
 
 
@@ -217,17 +234,8 @@ def _free_picks(row: torch.Tensor, k: int, seq: Sequence) -> list[int]:
         return sample(row[None], [seq.sampling], [seq.generator])
     if seq.sampling.temperature == 0:
         return row.topk(min(k, row.numel())).indices.tolist()
-    probs = (row.float() / seq.sampling.temperature).softmax(-1)
+    probs = (row.float().cpu() / seq.sampling.temperature).softmax(-1)  # the generator lives on the CPU
     return torch.multinomial(probs, min(k, int((probs > 0).sum())), replacement=False, generator=seq.generator).tolist()
-
-
-def _rank(candidates: list[Candidate]) -> tuple[Candidate, ...]:
-    """Distinct texts, best first: finished before aborted, then by mean log-probability per token."""
-    best: dict[str, Candidate] = {}
-    for c in candidates:
-        if c.text not in best or c.logprob > best[c.text].logprob:
-            best[c.text] = c
-    return tuple(sorted(best.values(), key=lambda c: (c.finish_reason is not FinishReason.ABORT, c.logprob / max(1, len(c.token_ids))), reverse=True))
 
 
 def _call(seq: Sequence, result: GenerationResult) -> None:
@@ -237,3 +245,10 @@ def _call(seq: Sequence, result: GenerationResult) -> None:
         seq.on_done(result)
     except Exception:
         log.exception("on_done callback of %s failed", seq.request_id)
+
+
+def _emit(on_event, event: StreamEvent) -> None:
+    try:
+        on_event(event)
+    except Exception:
+        log.exception("on_event callback of %s failed", event.request_id)

@@ -4,9 +4,12 @@ Role: page in the (memory-mapped) weights of the experts the workspace's code ac
 to, exercise the dense and sparse attention paths, the indexer, the absorbed decode path and
 the MTP layer, and leave the shared context in the prefix cache.
 
-Invariant: runs on the engine thread through the normal request path (so it warms exactly what
-completions use), draining the engine's command queue between steps so user requests and
-aborts are never starved.
+Invariant: ordinary low-priority requests through the scheduler (so it warms exactly what
+completions use): user requests submitted meanwhile are admitted first and their aborts are
+handled as always; the router hooks are added and removed on the engine thread. Experts picked
+for user requests during warm-up count as hit too (they are warm as well). No new warm-up prompt
+starts while a user's request (priority >= 0) is waiting or running: the user's completion goes
+first, and the warm-up ends there.
 """
 
 from __future__ import annotations
@@ -37,31 +40,37 @@ def warmup_prompts(engine: Engine, texts: list[str]) -> list[list[int]]:
 
 
 def run_warmup(engine: Engine, texts: list[str], progress: ProgressCallback | None) -> WarmupReport:
-    return engine.call(lambda: _warm(engine, warmup_prompts(engine, texts), progress))
-
-
-def _warm(engine: Engine, prompts: list[list[int]], progress: ProgressCallback | None) -> WarmupReport:
+    """Run each warm-up prompt as a low-priority request (from the caller's thread, waiting for
+    each with `engine.run`), counting the experts the routers pick meanwhile."""
+    prompts = warmup_prompts(engine, texts)
     start = time.perf_counter()
     gates = [m for m in engine.loaded.model.modules() if isinstance(m, Gate)]
     hit: set[tuple[int, int]] = set()
-    hooks = [
-        g.register_forward_hook(lambda _m, _i, out, layer=i: hit.update((layer, e) for e in out[1].flatten().tolist()))
-        for i, g in enumerate(gates)
-    ]
+
+    def install() -> list:
+        return [
+            g.register_forward_hook(lambda _m, _i, out, layer=i: hit.update((layer, e) for e in out[1].flatten().tolist()))
+            for i, g in enumerate(gates)
+        ]
+
+    hooks = engine.call(install)  # hooks change only on the engine thread, between steps
     forwards = tokens = 0
     try:
         for i, ids in enumerate(prompts):
-            done: list = []
-            engine.add(GenerationRequest(f"warmup-{i}", tuple(ids), SamplingParams(max_tokens=4), priority=-1), None, done.append)
-            while not done:
-                engine._drain(block=False)
-                engine.step()
-            forwards += 1 + done[0].decode_steps
+            if engine.call(lambda: _user_waiting(engine)):
+                break
+            request = GenerationRequest(f"warmup-{i}", tuple(ids), SamplingParams(max_tokens=4), priority=-1)
+            result = engine.run(request)
+            forwards += 1 + result.decode_steps
             tokens += len(ids)
             if progress is not None:
                 progress((i + 1) / len(prompts), f"warm-up {i + 1}/{len(prompts)}")
     finally:
-        for h in hooks:
-            h.remove()
+        engine.call(lambda: [h.remove() for h in hooks])
     total = sum(g.weight.shape[0] for g in gates)
     return WarmupReport(forwards, tokens, len(hit), total, time.perf_counter() - start)
+
+
+def _user_waiting(engine: Engine) -> bool:
+    """On the engine thread: whether a user's request is queued or running."""
+    return any(s.request.priority >= 0 for s in (*engine.scheduler.waiting, *engine.scheduler.running))

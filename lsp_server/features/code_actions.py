@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from context.positions import Range
 from lsprotocol import types
 
 from .. import convert
@@ -64,7 +63,7 @@ async def compute(ls: Glm5Server, data: Any) -> Replacement:
     version = data.get("version")
     if not isinstance(version, int):
         raise InvalidParams("code action: missing document version")
-    where = _parse_range(data.get("range"))
+    where = ls.state.encoding.range_in(ls.state.lines(uri), _parse_range(data.get("range")))
     if data["action"] == "declare":
         name = data.get("name")
         if not isinstance(name, str) or not name.isidentifier():
@@ -78,7 +77,7 @@ async def compute(ls: Glm5Server, data: Any) -> Replacement:
 
 
 def workspace_edit(ls: Glm5Server, fix: Replacement) -> types.WorkspaceEdit:
-    edit = types.TextEdit(range=convert.lsp_range(fix.range), new_text=fix.text)
+    edit = types.TextEdit(range=ls.state.encoding.range_out(ls.state.lines(fix.uri), fix.range), new_text=fix.text)
     caps = ls.client_capabilities.workspace
     if caps and caps.workspace_edit and caps.workspace_edit.document_changes:
         document = types.OptionalVersionedTextDocumentIdentifier(uri=fix.uri, version=fix.version)
@@ -117,7 +116,11 @@ def _range_json(r: types.Range) -> dict[str, dict[str, int]]:
     }
 
 
-def _parse_range(raw: object) -> Range:
+def _parse_range(raw: object) -> types.Range:
+    """The range of a code action's data, in the client's units."""
     if not isinstance(raw, Mapping):
         raise InvalidParams("code action: missing range")
-    return Range(convert.parse_position(raw.get("start"), "range.start"), convert.parse_position(raw.get("end"), "range.end"))
+    start, end = (convert.parse_position(raw.get(key), f"range.{key}") for key in ("start", "end"))
+    return types.Range(
+        start=types.Position(line=start.line, character=start.character), end=types.Position(line=end.line, character=end.character)
+    )

@@ -44,7 +44,8 @@ def register(ls: Glm5Server) -> None:
         raw = _single_object(args, "glm5.explainContext", ("uri",))
         uri = convert.parse_uri(raw, "glm5.explainContext")
         if "position" in raw:
-            position = convert.parse_position(raw["position"], "glm5.explainContext position")
+            given = convert.parse_position(raw["position"], "glm5.explainContext position")
+            position = ls.state.encoding.position_in(ls.state.lines(uri), types.Position(line=given.line, character=given.character))
         elif (cursor := ls.cursors.get(uri)) is not None:
             position = cursor
         else:
@@ -52,7 +53,7 @@ def register(ls: Glm5Server) -> None:
         return await explain(ls, uri, position, bool(raw.get("candidates", True)))
 
     @ls.command("glm5.stats")
-    def stats(ls: Glm5Server, *args: Any) -> dict[str, Any]:
+    async def stats(ls: Glm5Server, *args: Any) -> dict[str, Any]:
         recent = args[0].get("recent", 0) if args and isinstance(args[0], Mapping) else 0
         if not isinstance(recent, int) or recent < 0:
             raise InvalidParams(f"glm5.stats: recent must be a non-negative integer, got {recent!r}")
@@ -65,7 +66,7 @@ def register(ls: Glm5Server) -> None:
                 "path": ls.engine.handle.path if ls.engine.handle is not None else ls.model_path,
             },
             "engine": asdict(engine) if engine is not None else None,
-            "kvCache": ls.engine.cache_stats(),
+            "kvCache": await ls.engine.cache_stats(),
             "index": _index_summary(ls),
         }
 
@@ -96,7 +97,7 @@ def register(ls: Glm5Server) -> None:
 async def explain(ls: Glm5Server, uri: str, position: Any, run: bool = True) -> dict[str, Any]:
     """What the model sees at `position`; with `run`, also the completion run there: its
     candidates, their scores and what the constraint did (`candidates.explain`)."""
-    snapshot = ls.snapshot(uri)
+    snapshot, encoding = ls.snapshot(uri), ls.state.encoding
     handle = await ls.engine.ready()
     prepared = ls.prepare(snapshot, position, handle, force=True)
     prompt = prepared.prompt
@@ -109,14 +110,14 @@ async def explain(ls: Glm5Server, uri: str, position: Any, run: bool = True) -> 
         **outcome,
         "uri": uri,
         "version": snapshot.version,
-        "position": {"line": prepared.position.line, "character": prepared.position.character},
+        "position": _json(encoding.position_out(snapshot.lines, prepared.position)),
         "kind": prepared.kind.value,
         "prompt": handle.tokenizer.decode(list(prompt.ids), skip_special=False),
         "tokens": {**prompt.token_counts, "total": len(prompt.ids)},
         "snippets": [
             {
                 "uri": from_fs_path(s.path) or s.path,
-                "range": {"start": asdict(s.range.start), "end": asdict(s.range.end)},
+                "range": _json(encoding.range_out(None if encoding.identity else ls.state.file_lines(s.path), s.range)),
                 "reason": s.reason,
                 "detail": s.detail,
                 "tokens": s.tokens,
@@ -125,6 +126,12 @@ async def explain(ls: Glm5Server, uri: str, position: Any, run: bool = True) -> 
         ],
         "budget": asdict(prepared.budget) if prepared.budget is not None else None,
     }
+
+
+def _json(value: types.Position | types.Range) -> dict[str, Any]:
+    if isinstance(value, types.Position):
+        return {"line": value.line, "character": value.character}
+    return {"start": _json(value.start), "end": _json(value.end)}
 
 
 def _index_summary(ls: Glm5Server) -> dict[str, Any] | None:

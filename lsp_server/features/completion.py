@@ -11,10 +11,9 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from context.positions import utf16_length
+from context.positions import Position, Range, utf16_length
 from lsprotocol import types
 
-from .. import convert
 from .inline_completion import request_id, accept_command
 
 if TYPE_CHECKING:
@@ -28,9 +27,9 @@ def register(ls: Glm5Server) -> None:
     @ls.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(resolve_provider=False))
     async def completion(ls: Glm5Server, params: types.CompletionParams) -> types.CompletionList:
         invoked = params.context is not None and params.context.trigger_kind == types.CompletionTriggerKind.Invoked
-        uri = params.text_document.uri
+        uri, encoding = params.text_document.uri, ls.state.encoding
         answer = await ls.completions.complete(
-            uri, convert.position(params.position), request_id(ls), "items", automatic=not invoked
+            uri, encoding.position_in(ls.state.lines(uri), params.position), request_id(ls), "items", automatic=not invoked
         )
         if not answer.text:
             return types.CompletionList(is_incomplete=True, items=[])
@@ -38,7 +37,7 @@ def register(ls: Glm5Server) -> None:
         offset = snapshot.offset_at(answer.position)
         before = snapshot.text[snapshot.lines.line_start(answer.position.line) : offset]
         word = _WORD_TAIL.search(before).group()  # type: ignore[union-attr]
-        start = types.Position(line=answer.position.line, character=answer.position.character - utf16_length(word))
+        start = Position(answer.position.line, answer.position.character - utf16_length(word))
         new_text = word + answer.text
         first_line = new_text.split("\n", 1)[0].strip() or new_text.strip()
         item = types.CompletionItem(
@@ -50,7 +49,7 @@ def register(ls: Glm5Server) -> None:
             sort_text="0",
             preselect=True,
             insert_text_format=types.InsertTextFormat.PlainText,
-            text_edit=types.TextEdit(range=types.Range(start=start, end=convert.lsp_position(answer.position)), new_text=new_text),
+            text_edit=types.TextEdit(range=encoding.range_out(snapshot.lines, Range(start, answer.position)), new_text=new_text),
             command=accept_command(answer),
         )
         return types.CompletionList(is_incomplete=True, items=[item])

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
-from .. import convert
 from ..completions import Answer
 
 if TYPE_CHECKING:
@@ -35,12 +34,13 @@ def register(ls: Glm5Server) -> None:
     @ls.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
     async def inline_completion(ls: Glm5Server, params: types.InlineCompletionParams) -> types.InlineCompletionList:
         automatic = params.context.trigger_kind == types.InlineCompletionTriggerKind.Automatic
+        uri, encoding = params.text_document.uri, ls.state.encoding
         answer = await ls.completions.complete(
-            params.text_document.uri, convert.position(params.position), request_id(ls), "inline", automatic
+            uri, encoding.position_in(ls.state.lines(uri), params.position), request_id(ls), "inline", automatic
         )
         if not answer.text:
             return types.InlineCompletionList(items=[])
-        at = convert.lsp_position(answer.position)
+        at = encoding.position_out(ls.state.lines(uri), answer.position)
         item = types.InlineCompletionItem(
             insert_text=answer.text, range=types.Range(start=at, end=at), command=accept_command(answer)
         )

@@ -1,7 +1,7 @@
 """initialize / initialized / shutdown.
 
-- initialize: read `initializationOptions` (settings, `streaming`, `model`) and the workspace
-  roots (folders, else rootUri/rootPath). Bad option values are reported to the user and the
+- initialize: read `initializationOptions` (settings, `streaming`, `model`), the workspace
+  roots (folders, else rootUri/rootPath) and the position encoding pygls negotiated. Bad option values are reported to the user and the
   defaults kept; the server still starts.
 - initialized: start loading the model at once (so completions wait for it rather than fail),
   then run the background start-up (index, watcher, warm-up) as a task.
@@ -19,8 +19,9 @@ from context.document import path_from_uri
 from lsprotocol import types
 
 from ..completion_cache import CompletionCache
+from ..encoding import UTF16, PositionEncoding
 from ..settings import parse_settings
-from ..startup import locate_model, start_up
+from ..startup import locate_model, run_start_up
 
 if TYPE_CHECKING:
     from ..server import Glm5Server
@@ -35,13 +36,14 @@ def register(ls: Glm5Server) -> None:
         ls.cache = CompletionCache(ls.settings.cache_size)
         for problem in problems:
             ls.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning, message=f"glm5: {problem}"))
-        ls.roots = workspace_roots(params)
+        ls.state.set_roots(workspace_roots(params))
+        ls.state.encoding = PositionEncoding(str(ls.workspace.position_encoding or UTF16))
         log.info("initialize: roots %s, settings %s", ls.roots, ls.settings)
 
     @ls.feature(types.INITIALIZED)
     def initialized(ls: Glm5Server, params: types.InitializedParams) -> None:
         ls.engine.start_loading(lambda: locate_model(ls), ls.runtime_options)
-        ls.startup_task = asyncio.ensure_future(start_up(ls))
+        ls.startup_task = ls.background(run_start_up(ls))
 
     @ls.feature(types.SHUTDOWN)
     async def shutdown(ls: Glm5Server, params: None) -> None:

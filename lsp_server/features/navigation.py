@@ -16,7 +16,6 @@ from context.positions import Position, Range
 from lsprotocol import types
 from pygls.uris import from_fs_path
 
-from .. import convert
 
 if TYPE_CHECKING:
     from ..server import Glm5Server
@@ -28,17 +27,17 @@ def register(ls: Glm5Server) -> None:
         index, path, position, text = await _lookup(ls, params.text_document.uri, params.position)
         if index is None or path is None:
             return []
-        return [_location(d.path, d.range) for d in index.definition_at(path, position, text)]
+        return _locations(ls, [(d.path, d.range) for d in index.definition_at(path, position, text)])
 
     @ls.feature(types.TEXT_DOCUMENT_REFERENCES)
     async def references(ls: Glm5Server, params: types.ReferenceParams) -> list[types.Location]:
         index, path, position, text = await _lookup(ls, params.text_document.uri, params.position)
         if index is None or path is None:
             return []
-        found = [_location(r.path, r.range) for r in index.references_at(path, position, text)]
+        found = [(r.path, r.range) for r in index.references_at(path, position, text)]
         if params.context.include_declaration:
-            found = [_location(d.path, d.range) for d in index.definition_at(path, position, text)] + found
-        return found
+            found = [(d.path, d.range) for d in index.definition_at(path, position, text)] + found
+        return _locations(ls, found)
 
 
 async def _lookup(
@@ -48,9 +47,20 @@ async def _lookup(
     text when the document is open (the index may not have seen its latest edits yet)."""
     path = path_from_uri(uri)
     await ls.index_ready.wait()
-    document = ls.documents.get(uri)
-    return ls.index, Path(path) if path else None, convert.position(position), document.text if document else None
+    editor = ls.state.lines(uri)
+    lines = editor or (ls.state.file_lines(path) if path and not ls.state.encoding.identity else None)
+    utf16 = ls.state.encoding.position_in(lines, position)
+    return ls.index, Path(path) if path else None, utf16, editor.text if editor is not None else None
 
 
-def _location(path: str | Path, r: Range) -> types.Location:
-    return types.Location(uri=from_fs_path(str(path)) or str(path), range=convert.lsp_range(r))
+def _locations(ls: Glm5Server, found: list[tuple[str, Range]]) -> list[types.Location]:
+    """LSP locations in the client's position encoding (converted against each file's text:
+    the open document's, else the file on disk)."""
+    encoding, texts = ls.state.encoding, {}
+    locations = []
+    for path, r in found:
+        uri = from_fs_path(str(path)) or str(path)
+        if not encoding.identity and uri not in texts:
+            texts[uri] = ls.state.file_lines(str(path))
+        locations.append(types.Location(uri=uri, range=encoding.range_out(texts.get(uri), r)))
+    return locations

@@ -31,9 +31,8 @@ def register(ls: Glm5Server) -> None:
         removed = {Path(p) for p in (path_from_uri(f.uri) for f in params.event.removed) if p}
         added = [Path(p) for p in (path_from_uri(f.uri) for f in params.event.added) if p]
         roots = [r for r in ls.roots if r not in removed] + [r for r in added if r not in ls.roots]
-        if roots == ls.roots:
+        if not ls.state.set_roots(roots):
             return
-        ls.roots = roots
         log.info("workspace roots now %s", roots)
         ls.background(_reindex(ls, roots))
 

@@ -9,7 +9,8 @@ Role: the state machine behind the decode-time monitor (`model_runtime.constrain
   may follow; outside strings and comments only Python's punctuation; new bindings (def/class/for/as/lambda/import/global names, parameters,
   assignment targets, keyword-argument names) are free;
 - "bracket": a closer must match the innermost open bracket (those open before the cursor may close);
-- "line": the line (single-line mode) or the output may not end with its own brackets or string open.
+- "line": the line (single-line mode) or the output may not end with its own brackets or string
+  open, nor right after an operator or keyword that needs an operand (`x = `, `a +`, `not`).
 
 Invariants:
 - Torch-free and pure: a state is an immutable, hashable tuple, so transitions can be memoised.
@@ -25,12 +26,16 @@ import keyword
 from bisect import bisect_left
 from typing import NamedTuple
 
-KEYWORDS = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist)
+KEYWORDS = frozenset(keyword.kwlist)  # soft keywords (`match`, `case`, `_`, `type`) are names, but see SOFT_STATEMENTS
+SOFT_STATEMENTS = frozenset({"match", "case"})  # keywords when they start a statement and a space follows
 STRING_PREFIXES = frozenset({"r", "u", "b", "f", "br", "rb", "fr", "rf"})
 EXPR_KEYWORDS = frozenset({"None", "True", "False", "not", "lambda", "await", "yield"})  # may start an expression
 CONT_KEYWORDS = frozenset({"if", "else", "for", "in", "not", "and", "or", "is", "as", "from", "import", "async"})
 OPENERS, CLOSERS = "([{", ")]}"
 PUNCTUATION = frozenset("+-*/%&|^~<>=!.,:;@")
+OPERATORS = frozenset("+-*/%&|^~<>=!@")  # need a right operand
+FOLLOWERS = {"not": "in", "yield": "from"}
+NEEDS_OPERAND = frozenset({"and", "or", "not", "in", "is", "if", "else", "lambda", "await", "assert", "del", "elif", "while", "with"})
 CODE, STRING, COMMENT, DONE = range(4)
 # the kind of the word being written
 NONE, NUMBER, USE, MEMBER, FREE, BIND, PENDING, CONT = range(8)  # CONT: a word right after an operand
@@ -63,6 +68,8 @@ class LexState(NamedTuple):
     dot: bool = False  # the last significant char was `.`
     last: str | None = None  # the dotted name chain of the last operand, if it was one
     operand: bool = False  # the last significant thing was an operand (for call/subscript)
+    dangling: bool = False  # the last significant thing was an operator or keyword that needs an operand
+    after: str = ""  # the last word, if a keyword that another may follow (`not in`, `yield from`)
     heal: str = ""  # heal characters still to produce
     own: frozenset[str] = frozenset()  # names the output bound
 
@@ -86,8 +93,9 @@ class PyRules:
 
     def __init__(self, defined: tuple[str, ...] | None, scopes: dict[str, tuple[str, ...]], single_line: bool) -> None:
         self.check_names = defined is not None
-        self.names = tuple(sorted(set(defined or ()) | EXPR_KEYWORDS | STRING_PREFIXES))
-        self.defined = frozenset(defined or ()) | EXPR_KEYWORDS
+        defined = set(defined or ()) - frozenset(keyword.kwlist)  # a hard keyword is never a name
+        self.names = tuple(sorted(defined | EXPR_KEYWORDS | STRING_PREFIXES))
+        self.defined = frozenset(defined) | EXPR_KEYWORDS
         self.cont = tuple(sorted(CONT_KEYWORDS))
         self.scope_names = list(scopes)
         self.scope_members = [tuple(sorted(set(scopes[q]))) for q in self.scope_names]
@@ -127,7 +135,7 @@ class PyRules:
             return "undefined"
         if s.dot:
             return "member" if s.last in self.scope_names else "undefined"
-        return ""
+        return "line" if s.dangling else ""
 
     # ---- characters -------------------------------------------------------------------------
     def _char(self, s: LexState, ch: str, check: bool) -> tuple[LexState | None, str]:
@@ -170,7 +178,7 @@ class PyRules:
 
     def _close_string(self, s: LexState, empty: bool) -> LexState:
         return s._replace(mode=CODE, empty_quote=s.quote if empty else "", quote="", run=0, body=False,
-                          own_string=False, operand=True, last=None, dot=False)
+                          own_string=False, operand=True, dangling=False, last=None, dot=False)
 
     def _word_char(self, s: LexState, ch: str, check: bool) -> tuple[LexState | None, str]:
         if s.pend:
@@ -210,25 +218,28 @@ class PyRules:
             members = self.scope_members[s.scope]
             return _has_prefix(members, word) if partial else _contains(members, word)
         if s.kind == CONT:
-            return _has_prefix(self.cont, word) if partial else word in CONT_KEYWORDS
+            return (_has_prefix(self.cont, word) or word.lower() in STRING_PREFIXES) if partial else word in CONT_KEYWORDS
         if partial:
-            return _has_prefix(self.names, word) or any(n.startswith(word) for n in s.own)
-        return word in self.defined or word in s.own
+            return _has_prefix(self.names, word) or any(n.startswith(word) for n in s.own) or FOLLOWERS.get(s.after, " ").startswith(word)
+        return word in self.defined or word in s.own or FOLLOWERS.get(s.after) == word
 
     def _end_word(self, s: LexState, ch: str, check: bool) -> tuple[LexState | None, str]:
         word, kind = s.word, s.kind
         if kind == NUMBER:
-            return s._replace(word="", kind=NONE, operand=True, last=None, dot=False), ""
+            return s._replace(word="", kind=NONE, operand=True, dangling=False, last=None, dot=False), ""
         if ch in "'\"" and word.lower() in STRING_PREFIXES:
             return s._replace(word="", kind=NONE, operand=False, last=None, dot=False), ""
-        keyword = kind in (PENDING, BIND) or (kind == USE and word in EXPR_KEYWORDS) or (kind == CONT and word in CONT_KEYWORDS)
+        expression = word in EXPR_KEYWORDS or FOLLOWERS.get(s.after) == word
+        keyword = kind in (PENDING, BIND, FREE) or (kind == USE and expression) or (kind == CONT and word in CONT_KEYWORDS)
         if word in KEYWORDS and keyword and not s.dot:
             return self._keyword(s._replace(word="", kind=NONE), word), ""
+        if kind == PENDING and word in SOFT_STATEMENTS and ch in " \t":  # `match x:` / `case <pattern>:`
+            return s._replace(word="", kind=NONE, operand=False, last=None, ctx=C_USE, exempt=word == "case"), ""
         if check and kind in (USE, MEMBER, CONT) and not self._word_ok(s, word, False):
             return None, "member" if kind == MEMBER else "undefined"
         s = s._replace(word="", kind=NONE, scope=-1)
         chain = (s.last + "." + word) if s.dot and s.last is not None else (None if s.dot else word)
-        s = s._replace(operand=True, last=chain, dot=False)
+        s = s._replace(operand=True, dangling=False, last=chain, dot=False)
         if kind == BIND:
             s = s._replace(own=s.own | {word}, ctx=C_DEFPAREN if s.ctx == C_DEFNAME else s.ctx)
             return s._replace(ctx=C_USE) if s.ctx == C_BIND else s, ""
@@ -237,7 +248,10 @@ class PyRules:
         return s._replace(ctx=C_USE) if s.ctx in (C_STMT, C_KWARG) else s, ""
 
     def _keyword(self, s: LexState, word: str) -> LexState:
-        s = s._replace(operand=word in ("None", "True", "False"), last=None, dot=False)
+        s = s._replace(operand=word in ("None", "True", "False"), dangling=word in NEEDS_OPERAND, last=None, dot=False,
+                       after=word if word in FOLLOWERS else "")
+        if word == "async":  # `async def` / `async for` / `async with`: the next keyword decides
+            return s._replace(dangling=False)
         if word in ("def", "class"):
             return s._replace(ctx=C_DEFNAME if word == "def" else C_BIND)
         if word in ("as", "global", "nonlocal"):
@@ -264,6 +278,8 @@ class PyRules:
     # ---- code punctuation -------------------------------------------------------------------
     def _code(self, s: LexState, ch: str, check: bool) -> tuple[LexState | None, str]:
         empty, s = s.empty_quote, s._replace(empty_quote="")
+        if s.after and ch not in " \t\\\r":
+            s = s._replace(after="")
         if check and s.dot:  # only a member name may follow `name.`
             return None, "member" if s.last in self.scope_names else "undefined"
         if ch in " \t\\\r":
@@ -296,6 +312,8 @@ class PyRules:
             return s._replace(mode=DONE), ""
         if s.stack:
             return s, ""
+        if check and s.dangling:
+            return None, "line"
         return s._replace(ctx=C_STMT, exempt=False, dot=False, last=None, operand=False), ""
 
     def _open(self, s: LexState, ch: str) -> LexState:
@@ -306,20 +324,20 @@ class PyRules:
         else:
             role = "dict"
         ctx = C_KWARG if role == "call" else C_USE
-        return s._replace(stack=s.stack + (Frame(ch, role, True),), ctx=ctx, operand=False, last=None, dot=False)
+        return s._replace(stack=s.stack + (Frame(ch, role, True),), ctx=ctx, operand=False, dangling=False, last=None, dot=False)
 
     def _close(self, s: LexState, ch: str, check: bool) -> tuple[LexState | None, str]:
         if not s.stack:
             return (None, "bracket") if check else (s, "")
         if check and OPENERS[CLOSERS.index(ch)] != s.stack[-1].char:
             return None, "bracket"
-        return s._replace(stack=s.stack[:-1], ctx=C_USE, operand=True, last=None, dot=False), ""
+        return s._replace(stack=s.stack[:-1], ctx=C_USE, operand=True, dangling=False, last=None, dot=False), ""
 
     def _punct(self, s: LexState, ch: str) -> LexState:
         top = s.stack[-1] if s.stack else None
         if ch == ".":
             return s._replace(dot=s.operand, operand=False, last=s.last if s.operand else None)
-        s = s._replace(operand=False, dot=False, last=None)
+        s = s._replace(operand=False, dot=False, last=None, dangling=ch in OPERATORS and not s.exempt)
         if ch == ",":
             if top is not None and top.role in ("call", "default"):
                 role = "params" if top.role == "default" else "call"

@@ -19,6 +19,7 @@ Invariants:
 
 from __future__ import annotations
 
+import re
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -29,8 +30,10 @@ from model_runtime.api import ConstraintReport, ConstraintSpec, SamplingParams
 from model_runtime.constraint.lexer import Frame, LexState, PyRules
 from model_runtime.constraint.vocab import END, Vocab
 
-LAZY_TOP = 64  # tokens checked best first before falling back to the full mask
-CONTEXT_CHARS = 2000  # text before the cursor lexed to find the starting state
+LAZY_TOP = 256  # tokens checked best first before falling back to the full mask
+CONTEXT_CHARS = 4000  # text before the cursor scanned for strings and comments
+# what changes the lexical mode: an escape, a quote, a comment, a newline
+_MODE_MARKS = re.compile(r"""\\.|\"\"\"|'''|["'#\n]""", re.S)
 MEMO_LIMIT = 200_000
 MASK_CACHE = 256
 
@@ -52,10 +55,12 @@ class Compiled:
         self.start = self._start_state(spec, context)
 
     def _start_state(self, spec: ConstraintSpec, context: str) -> LexState:
-        """Lex the text before the cursor as facts; brackets reconcile with `spec.open_brackets`."""
+        """Lex the text before the cursor as facts, from its last line that starts outside a string
+        or comment; brackets reconcile with `spec.open_brackets`."""
         cut = context[-CONTEXT_CHARS:]
         if len(context) > CONTEXT_CHARS and "\n" in cut:
             cut = cut[cut.index("\n") + 1 :]
+        cut = cut[_last_code_line(cut) :]
         single, self.rules.single_line = self.rules.single_line, False
         state = LexState()
         for ch in cut:
@@ -133,6 +138,26 @@ class Compiled:
         return mask
 
 
+def _last_code_line(text: str) -> int:
+    """Where the last line that begins in code (not inside a string) starts: a regex scan over
+    the marks that change the lexical mode, so only that line is lexed char by char."""
+    quote, comment, start = "", False, 0
+    for mark in _MODE_MARKS.finditer(text):
+        token = mark.group()
+        if comment:
+            comment = token != "\n"
+            start = start if comment else mark.end()
+        elif quote:
+            quote = "" if token == quote or (token == "\n" and len(quote) == 1) else quote
+        elif token == "\n":
+            start = mark.end()
+        elif token == "#":
+            comment = True
+        elif token[0] != "\\":
+            quote = token
+    return start
+
+
 @dataclass
 class Monitor:
     """One sequence's walk through a `Compiled` constraint."""
@@ -202,19 +227,26 @@ class Monitor:
         if not ok:
             self.masked_steps += 1
             self.fired.add(why)
-        legal = [t for t in top if self._legal(t)[0]]
+        want = k if sampling.temperature == 0 else len(top)  # greedy: only until k legal are found
+        legal = []
+        for token in top:
+            if self._legal(token)[0]:
+                legal.append(token)
+                if len(legal) == want:
+                    break
         if not legal:
             mask = self.compiled.mask(self.state, self.checking, logits.numel())
             if not bool(mask.any()):
                 return []
-            legal = logits.masked_fill(~mask, float("-inf")).topk(min(int(mask.sum()), LAZY_TOP)).indices.tolist()
+            legal = logits.masked_fill(~mask.to(logits.device), float("-inf")).topk(min(int(mask.sum()), LAZY_TOP)).indices.tolist()
         if sampling.temperature == 0:
             return legal[:k]
-        return _draw(logits[legal], legal, k, sampling, generator)
+        return _draw(logits[legal].cpu(), legal, k, sampling, generator)
 
 
 def _draw(logits: torch.Tensor, ids: list[int], k: int, sampling: SamplingParams, generator: torch.Generator | None) -> list[int]:
-    """Draw up to k distinct ids by the tempered, top-k/top-p-truncated distribution over `ids`."""
+    """Draw up to k distinct ids by the tempered, top-k/top-p-truncated distribution over `ids`
+    (`logits`: theirs, on the CPU, where the request's generator lives)."""
     scaled = logits.float() / sampling.temperature
     if 0 < sampling.top_k < scaled.numel():
         scaled = scaled.masked_fill(scaled < scaled.topk(sampling.top_k).values[-1], float("-inf"))

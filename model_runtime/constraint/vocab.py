@@ -5,7 +5,9 @@ Role: the monitor checks a token by running its decoded characters through the l
 one walk that shares every common prefix and prunes a whole subtree at the first refused char.
 
 Invariants:
-- Built once per tokenizer and cached (the vocabulary never changes); torch-free.
+- Built once per tokenizer and cached (the vocabulary never changes); torch-free. The trie is
+  built on a background thread from the first use of the vocabulary, so the engine thread only
+  waits for it if it needs a full mask first (a large vocabulary takes seconds).
 - `strings[i]` is token i decoded on its own; special tokens decode to "" and are never in the
   trie. A byte token that is only part of a UTF-8 character decodes to U+FFFD.
 - A trie node is a dict from a character to its child; key "" holds the ids of tokens that end there.
@@ -28,6 +30,7 @@ class Vocab:
     def __init__(self, strings: list[str], special: frozenset[int]) -> None:
         self.strings, self.special = strings, special
         self._trie: dict | None = None
+        self._trie_lock = threading.Lock()
 
     @classmethod
     def of(cls, tokenizer: GlmTokenizer) -> Vocab:
@@ -38,6 +41,7 @@ class Vocab:
                 special = frozenset(i for i in (getattr(tokenizer.special, n) for n in SPECIAL_NAMES) if i is not None)
                 strings = [tokenizer.decode([i]) for i in range(tokenizer.vocab_size)]
                 vocab = _CACHE[tokenizer] = cls(strings, special | {i for i, s in enumerate(strings) if not s})
+                threading.Thread(target=lambda: vocab.trie, name="glm5-vocab-trie", daemon=True).start()
             return vocab
 
     def __len__(self) -> int:
@@ -45,14 +49,18 @@ class Vocab:
 
     @property
     def trie(self) -> dict:
-        if self._trie is None:
-            root: dict = {}
-            for token_id, text in enumerate(self.strings):
-                if token_id in self.special:
-                    continue
-                node = root
-                for ch in text:
-                    node = node.setdefault(ch, {})
-                node.setdefault(END, []).append(token_id)
-            self._trie = root
-        return self._trie
+        with self._trie_lock:
+            if self._trie is None:
+                self._trie = self._build()
+            return self._trie
+
+    def _build(self) -> dict:
+        root: dict = {}
+        for token_id, text in enumerate(self.strings):
+            if token_id in self.special:
+                continue
+            node = root
+            for ch in text:
+                node = node.setdefault(ch, {})
+            node.setdefault(END, []).append(token_id)
+        return root

@@ -79,10 +79,28 @@ def test_n_best_candidates_are_distinct_sorted_and_scored_unconstrained(tiny, te
     assert means == sorted(means, reverse=True)
     scores = engine.score(ScoreRequest("s", prompt, tuple(c.token_ids for c in cands)))
     assert [c.logprob for c in cands] == pytest.approx([s.logprob for s in scores], abs=1e-3)
-    if temperature == 0:
-        plain = run(engine, GenerationRequest("p", prompt, sampling))
-        assert result.token_ids == plain.token_ids
-    assert engine.stats().requests_finished == 1 + (temperature == 0)
+    assert result.token_ids == cands[0].token_ids if temperature == 0 else True
+    assert engine.stats().requests_finished == 1
+    assert_all_blocks_free(engine)
+
+
+def test_greedy_n_best_is_a_beam_search(tiny):
+    engine = Engine(tiny, EngineConfig(block_size=16, max_cache_tokens=32768))
+    prompt, n, vocab = tuple(range(20, 60)), 3, tiny.config.vocab_size  # its 3 best first tokens are no stop token
+    result = run(engine, GenerationRequest("beam", prompt, SamplingParams(max_tokens=2), num_candidates=n))
+    first = engine.score(ScoreRequest("first", prompt, tuple((t,) for t in range(vocab))))
+    top_first = sorted(range(vocab), key=lambda t: -first[t].logprob)[:n]
+    assert not set(top_first) & set(tiny.config.eos_token_id)
+    pairs = [(t, u) for t in top_first for u in range(vocab)]
+    scores = engine.score(ScoreRequest("pairs", prompt, tuple(pairs)))
+    best, texts = [], set()
+    for logprob, pair in sorted(zip((s.logprob for s in scores), pairs), reverse=True)[:n]:
+        if tiny.tokenizer.decode(list(pair)) not in texts:  # candidates are distinct texts
+            best.append((logprob, pair))
+            texts.add(tiny.tokenizer.decode(list(pair)))
+    assert [c.token_ids for c in result.candidates] == [p for _, p in best]
+    assert [c.logprob for c in result.candidates] == pytest.approx([lp for lp, _ in best], abs=1e-3)
+    assert result.token_ids == best[0][1]
     assert_all_blocks_free(engine)
 
 
@@ -140,3 +158,48 @@ def test_batched_scoring_equals_scoring_each_continuation_alone(tiny):
 def test_score_rejects_ids_outside_the_vocabulary(tiny):
     with pytest.raises(ValueError, match="outside the vocabulary"):
         Engine(tiny, CFG).score(ScoreRequest("bad", (1, 2), ((10**6,),)))
+
+
+def test_mtp_engine_gives_constrained_and_n_best_requests_the_same_output(tiny):
+    import dataclasses
+
+    prompt = tuple(range(5, 45))
+    requests = [
+        GenerationRequest("c", prompt, SamplingParams(max_tokens=8), constraint=ConstraintSpec(open_brackets="(")),
+        GenerationRequest("n", prompt, SamplingParams(max_tokens=8), num_candidates=3),
+        GenerationRequest("p", prompt, SamplingParams(max_tokens=8)),
+    ]
+    plain = [run(Engine(tiny, CFG), r) for r in requests]
+    mtp_engine = Engine(tiny, dataclasses.replace(CFG, use_mtp=True))
+    with_mtp = [run(mtp_engine, r) for r in requests]
+    for a, b in zip(plain, with_mtp):
+        assert a.token_ids == b.token_ids
+        assert [c.token_ids for c in a.candidates] == [c.token_ids for c in b.candidates]
+    assert_all_blocks_free(mtp_engine)
+
+
+def test_n_best_with_healing_branches_after_the_heal_prefix(embedded):
+    tok = embedded.tokenizer
+    ids, heal_prefix = heal(tok, fim_ids(tok, PREFIX + "c"), "c")
+    engine = Engine(embedded, CFG)
+    names = ("math", "centroid", "center", "count", "compute", "points", "sum", "len", "main")
+    spec = ConstraintSpec(heal_prefix=heal_prefix, single_line=True, defined_names=names)
+    result = run(engine, GenerationRequest("hb", tuple(ids), SamplingParams(max_tokens=10), constraint=spec, num_candidates=3))
+    assert len(result.candidates) >= 2 and len({c.text for c in result.candidates}) == len(result.candidates)
+    for cand in result.candidates:
+        produced = tok.decode(list(cand.token_ids))
+        assert produced.startswith(heal_prefix) and cand.text == produced[len(heal_prefix):].split("\n")[0]
+    healed = next(i for i in range(1, len(result.token_ids) + 1) if tok.decode(list(result.token_ids[:i])).startswith(heal_prefix))
+    assert len({c.token_ids[:healed] for c in result.candidates}) == 1  # the branches share the heal tokens
+    scores = engine.score(ScoreRequest("s", tuple(ids), tuple(c.token_ids for c in result.candidates)))
+    assert [c.logprob for c in result.candidates] == pytest.approx([s.logprob for s in scores], abs=1e-3)
+    assert_all_blocks_free(engine)
+
+
+def test_a_beam_request_streams_only_its_final_best_text(tiny):
+    engine = Engine(tiny, CFG)
+    events, done = [], []
+    engine.add(GenerationRequest("bs", tuple(range(20, 60)), SamplingParams(max_tokens=5), num_candidates=3), events.append, done.append)
+    engine.run_until_idle()
+    assert len(events) == 1 and events[0].finished
+    assert events[0].text == done[0].text == done[0].candidates[0].text

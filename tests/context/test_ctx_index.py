@@ -173,3 +173,22 @@ def test_reads_while_updating_from_another_thread(workspace: tuple[Path, Path]) 
         stop.set()
         writer.join()
     assert len(index.definitions("parse_config")) == 1
+
+
+def test_an_open_buffer_overlays_the_disk_until_it_is_closed(tmp_path: Path) -> None:
+    write(tmp_path, {"a.py": "def on_disk():\n    pass\n"})
+    index = WorkspaceIndex([tmp_path])
+    index.build()
+    path = tmp_path / "a.py"
+    index.open_buffer(path)
+    assert index.update_buffer(path, "def in_editor():\n    pass\n")
+    (tmp_path / "a.py").write_text("def written_by_a_tool():\n    pass\n")
+    index.update_file(path)  # what the watcher does on a disk change
+    index.build()  # and a rebuild
+    index.remove_file(path)  # or a deletion on disk
+    assert [d.name for d in index.definitions("in_editor")] == ["in_editor"]
+    assert index.definitions("written_by_a_tool") == []
+    index.close_buffer(path)
+    assert not index.update_buffer(path, "def late():\n    pass\n")  # an analysis that ends after the close
+    assert index.definitions("in_editor") == [] and index.definitions("late") == []
+    assert [d.name for d in index.definitions("written_by_a_tool")] == ["written_by_a_tool"]

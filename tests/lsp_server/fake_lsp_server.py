@@ -7,10 +7,13 @@ environment variable GLM5_FAKE, a JSON object:
              prompt (special tokens included) gives the reply
     step_s   seconds per decode step (default 0.0)
     load_s   seconds the model takes to load (default 0.0)
+    store_s  seconds binding the workspace's KV store takes (default 0.0)
     fail     make loading fail with this message
     no_model start without any model (no --model, no embedded default)
     scores   [[substring, logprob per token], ...]: the engine also scores continuations
              (`scoring_fakes.ScoringFakeEngine`; `score_default` for the rest, default -5.0)
+    watcher_fails  the file watcher's start raises (as on a vanished root or the inotify limit)
+    stats_gate     a path: the engine's cache_stats blocks until that file exists (at most 60 s)
     log      log file path
 """
 
@@ -20,10 +23,12 @@ import json
 import logging
 import os
 import time
+from pathlib import Path
 
 from lsp_fakes import FakeEngine, byte_tokenizer
 from scoring_fakes import ScoringFakeEngine
 
+from context.watcher import IndexWatcher
 from lsp_server import startup
 from lsp_server.engine_client import ModelHandle, RuntimeOptions
 from lsp_server.server import build_server
@@ -47,16 +52,36 @@ def main() -> None:
         time.sleep(config.get("load_s", 0.0))
         if config.get("fail"):
             raise RuntimeError(config["fail"])
-        step_s = config.get("step_s", 0.0)
+        step_s, store_s = config.get("step_s", 0.0), config.get("store_s", 0.0)
         if "scores" in config:
             rules = [(needle, float(lp)) for needle, lp in config["scores"]]
-            engine = ScoringFakeEngine(tokenizer, script, rules, float(config.get("score_default", -5.0)), step_s)
-            return ModelHandle(engine, tokenizer, path, 8192)
-        return ModelHandle(FakeEngine(tokenizer, script, step_s=step_s), tokenizer, path, 8192)
+            engine = ScoringFakeEngine(tokenizer, script, rules, float(config.get("score_default", -5.0)), step_s, store_s)
+        else:
+            engine = FakeEngine(tokenizer, script, step_s=step_s, store_s=store_s)
+        if config.get("stats_gate"):
+            engine.cache_stats = _gated(engine.cache_stats, Path(config["stats_gate"]))
+        return ModelHandle(engine, tokenizer, path, 8192)
+
+    if config.get("watcher_fails"):
+        IndexWatcher.start = _raise_on_start
 
     if config.get("no_model"):
         startup.embedded_model_path = lambda: None  # as on an installation without the embedded model
     build_server(model=None if config.get("no_model") else "fake-model", loader=loader).start_io()
+
+
+def _gated(fn, gate: Path):
+    def wait_then_call():
+        deadline = time.monotonic() + 60
+        while not gate.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return fn()
+
+    return wait_then_call
+
+
+def _raise_on_start(self) -> None:
+    raise OSError(28, "inotify watch limit reached")
 
 
 if __name__ == "__main__":

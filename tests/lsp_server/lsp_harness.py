@@ -92,13 +92,16 @@ class Session:
         return session
 
     @classmethod
-    async def start_fake(cls, root: Path, fake: dict[str, Any], init_options: dict[str, Any] | None = None) -> Session:
+    async def start_fake(
+        cls, root: Path, fake: dict[str, Any], init_options: dict[str, Any] | None = None,
+        capabilities: types.ClientCapabilities | None = None,
+    ) -> Session:
         """`fake_lsp_server.py` (scripted engine, configured by `fake`) on the workspace `root`,
         logging next to it."""
         log = root.parent / f"{root.name}.log"
         session = await cls.start(
             [sys.executable, str(TESTS / "fake_lsp_server.py")], [root], init_options=init_options,
-            env={"GLM5_FAKE": json.dumps({**fake, "log": str(log)})}, log_file=log,
+            env={"GLM5_FAKE": json.dumps({**fake, "log": str(log)})}, log_file=log, capabilities=capabilities,
         )
         session.root = root
         return session

@@ -13,8 +13,10 @@ from model_runtime.tokenizer import GlmTokenizer
 
 
 class ScoringFakeEngine(FakeEngine):
-    def __init__(self, tokenizer: GlmTokenizer, script: Script, rules: list[tuple[str, float]], default: float, step_s: float = 0.0) -> None:
-        super().__init__(tokenizer, script, step_s)
+    def __init__(
+        self, tokenizer: GlmTokenizer, script: Script, rules: list[tuple[str, float]], default: float, step_s: float = 0.0, store_s: float = 0.0,
+    ) -> None:
+        super().__init__(tokenizer, script, step_s, store_s)
         self.rules = rules
         self.default = default
         self.scored: list[ScoreRequest] = []

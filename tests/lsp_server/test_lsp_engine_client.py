@@ -9,7 +9,7 @@ import pytest
 
 from lsp_server.engine_client import EngineClient, ModelHandle, ModelState, RuntimeOptions
 from lsp_server.errors import GenerationFailed, ModelUnavailable
-from model_runtime.api import FinishReason, GenerationRequest, GenerationResult, SamplingParams
+from model_runtime.api import FinishReason, GenerationRequest, GenerationResult, SamplingParams, WarmupReport
 
 from lsp_fakes import FakeEngine, byte_tokenizer
 
@@ -159,3 +159,57 @@ def test_mtp_option_reaches_the_engine_and_needs_an_mtp_layer(tmp_path):
     make_tiny_checkpoint(tmp_path / "without", ModelConfig.tiny(num_nextn_predict_layers=0))
     with pytest.raises(ValueError, match="MTP layer"):
         load_runtime(str(tmp_path / "without"), RuntimeOptions("cpu", "auto", mtp=True))
+
+
+async def _until(predicate, what: str) -> None:
+    for _ in range(1000):
+        if predicate():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def test_a_request_aborted_while_the_model_loads_never_reaches_the_engine():
+    tok = byte_tokenizer()
+    engine = FakeEngine(tok, lambda r: "x" * 200, step_s=0.001)
+    release = threading.Event()
+
+    def loader(path, runtime):
+        release.wait(10)
+        return ModelHandle(engine, tok, path, 4096)
+
+    client = EngineClient(loader)
+    client.start_loading(lambda: "ckpt")
+    task = asyncio.ensure_future(client.generate(request("typed-during-load", max_tokens=200)))
+    await asyncio.sleep(0.05)
+    client.abort("typed-during-load")  # the flight was dropped: the user typed on
+    release.set()
+    result = await asyncio.wait_for(task, 10)
+    assert result.finish_reason is FinishReason.ABORT and result.token_ids == ()
+    assert engine.stats().requests_submitted == 0
+    engine.shutdown()
+
+
+async def test_a_request_aborted_during_warm_up_does_not_generate_in_full():
+    client, engine, _ = make_client(script=lambda r: "x" * 300, step_s=0.002)
+    await client.load("ckpt")
+    release = threading.Event()
+    warmed: list[str] = []
+
+    def slow_warmup(texts, progress=None):
+        release.wait(10)
+        warmed.extend(texts)
+        return WarmupReport(len(texts), 0, 0, 0, 0.0)
+
+    engine.warmup = slow_warmup
+    warm = asyncio.ensure_future(client.warmup(["def f(): pass\n"]))
+    await asyncio.sleep(0.05)
+    task = asyncio.ensure_future(client.generate(request("keystroke", max_tokens=300)))
+    await asyncio.sleep(0.05)
+    client.abort("keystroke")
+    result = await asyncio.wait_for(task, 10)
+    release.set()
+    await warm
+    assert result.finish_reason is FinishReason.ABORT
+    assert len(result.token_ids) < 300 and engine.stats().generated_tokens < 300
+    engine.shutdown()

@@ -1,0 +1,66 @@
+"""Faults inside the server: a start-up phase that raises, a slow engine call from a command,
+and a background task that fails. Each must be reported and leave the server answering."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from lsprotocol import types
+
+from lsp_harness import Session
+from lsp_server.engine_client import ModelHandle
+from lsp_server.server import build_server
+from lsp_fakes import FakeEngine, byte_tokenizer
+
+
+def _definition(session: Session, uri: str):
+    where = types.DefinitionParams(text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=1, character=1))
+    return session.client.text_document_definition_async(where)
+
+
+async def test_a_watcher_that_cannot_start_is_reported_and_start_up_still_ends(tmp_path):
+    (tmp_path / "lib.py").write_text("def helper():\n    return 1\n")
+    session = await Session.start_fake(tmp_path, {"watcher_fails": True})
+    try:
+        uri = session.create("main.py", "from lib import helper\nhelper()\n")
+        found = await asyncio.wait_for(_definition(session, uri), 20)
+        assert [loc.uri for loc in found] == [(tmp_path / "lib.py").as_uri()]
+        await session.wait_ready(20)
+        logged = [m.message for m in session.messages("window/logMessage")]
+        assert any("inotify watch limit" in m for m in logged), logged
+    finally:
+        assert await session.stop() == 0
+
+
+async def test_glm5_stats_does_not_block_the_event_loop_on_the_engine(tmp_path):
+    gate = tmp_path.parent / f"{tmp_path.name}.gate"
+    session = await Session.start_fake(tmp_path, {"stats_gate": str(gate)})
+    try:
+        await session.wait_ready()
+        uri = session.create("a.py", "def f():\n    return f\n")
+        stats = asyncio.ensure_future(session.stats())
+        await asyncio.sleep(0.2)
+        answered = await asyncio.wait_for(_definition(session, uri), 20)  # while the engine is busy
+        assert not stats.done() and answered is not None
+        gate.touch()
+        assert (await asyncio.wait_for(stats, 20))["kvCache"]["prefills"] >= 0
+    finally:
+        gate.touch()
+        assert await session.stop() == 0
+
+
+async def test_a_failing_background_task_is_logged_with_its_error(caplog):
+    tok = byte_tokenizer()
+    server = build_server(loader=lambda path, runtime: ModelHandle(FakeEngine(tok, lambda r: ""), tok, path, 4096))
+
+    async def broken() -> None:
+        raise ValueError("index refresh exploded")
+
+    with caplog.at_level(logging.ERROR, logger="lsp_server"):
+        server.background(broken())
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if not server._tasks:
+                break
+    assert any(r.name.startswith("lsp_server") and "index refresh exploded" in (r.getMessage() + str(r.exc_info)) for r in caplog.records)
