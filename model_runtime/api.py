@@ -112,10 +112,22 @@ class GenerationRequest:
     # >1: n-best (beam search when greedy, diverse sampling otherwise), batched in one engine
     # call sharing the prompt's KV blocks
     num_candidates: int = 1
+    record_attention: bool = False  # fill `GenerationResult.attention` (costs a little per step)
 
     def __post_init__(self) -> None:
         if self.num_candidates < 1:
             raise ValueError(f"num_candidates must be >= 1, got {self.num_candidates}")
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionRecord:
+    """What the model looked at for one request (see `model_runtime.attention_record`)."""
+
+    selections: tuple[int, ...]  # per prompt token: DSA selections by generating queries, over layers and steps
+    queries: int  # generating query rows counted (the last prompt position, then one per decode step)
+    layers: int
+    index_topk: int
+    expert_load: tuple[tuple[int, ...], ...]  # per layer: tokens routed to each expert; () for dense-MLP layers
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +168,7 @@ class GenerationResult:
     error: str | None = None
     candidates: tuple[Candidate, ...] = ()  # n-best, best first (also filled when num_candidates == 1)
     constraint: ConstraintReport | None = None
+    attention: AttentionRecord | None = None  # when the request set `record_attention`
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,7 @@ from model_runtime.api import (
     ContinuationScore, DoneCallback, EngineStats, EventCallback, FinishReason, GenerationRequest, GenerationResult,
     ProgressCallback, SamplingParams, ScoreRequest, StreamEvent, WarmupReport,
 )
+from model_runtime.attention_record import RequestRecord, StepRecorder
 from model_runtime.cache import BlockManager, KVCache
 from model_runtime.config import EngineConfig
 from model_runtime.kvstore.paths import store_dir
@@ -91,6 +92,7 @@ class Engine:
         self._counters = dict.fromkeys(EngineStats.__dataclass_fields__, 0)
         self._texts: dict[str, TextState] = {}
         self._prefill_only: set[str] = set()
+        self._records: dict[str, RequestRecord] = {}  # requests with `record_attention`
         self._prefill_ids = itertools.count()
         self._busy_at = 0.0
         self.clock: Callable[[], float] = time.perf_counter  # decode budgets and first-token times
@@ -318,6 +320,8 @@ class Engine:
             self._fail(seq, error)
             return seq
         self._texts[seq.request_id] = self._steer.text_state(request)
+        if request.record_attention:
+            self._records[seq.request_id] = RequestRecord(self.loaded.config, seq.prompt_len)
         self.scheduler.add(seq)
         return seq
 
@@ -328,7 +332,7 @@ class Engine:
         self._busy_at = time.monotonic()
         feeds = [self._feed(s, n, step.is_prefill) for s, n in zip(step.seqs, step.num_tokens)]
         try:
-            out = self.runner.run(feeds)
+            out = self.runner.run(feeds, self._recorder(step.seqs, feeds))
             accepted = [self._accept(seq, feed, logits) for seq, feed, logits in zip(step.seqs, feeds, out.logits)]
             if self.config.use_mtp:
                 self._draft(step.seqs, feeds, out, accepted)
@@ -356,6 +360,14 @@ class Engine:
             self.step()
 
     # ---- step helpers -------------------------------------------------------------------------
+    def _recorder(self, seqs: list[Sequence], feeds: list[Feed]) -> StepRecorder | None:
+        slots = [
+            (b, self._records[seq.request_id], feed.logits_from)
+            for b, (seq, feed) in enumerate(zip(seqs, feeds))
+            if seq.request_id in self._records
+        ]
+        return StepRecorder(slots) if slots else None
+
     def _feed(self, seq: Sequence, n: int, is_prefill: bool) -> Feed:
         tokens = seq.token_ids[seq.num_computed : seq.num_computed + (n if is_prefill else 1)]
         if not is_prefill and seq.draft is not None:
@@ -492,6 +504,7 @@ class Engine:
         seq.finish_reason = reason
         self._texts.pop(seq.request_id, None)
         self._prefill_only.discard(seq.request_id)
+        record = self._records.pop(seq.request_id, None)
         if not self._steer.is_child(seq):
             key = "requests_aborted" if reason is FinishReason.ABORT else "requests_finished"
             self._counters[key] += 1
@@ -501,6 +514,7 @@ class Engine:
             seq.request_id, tuple(seq.output_ids), seq.text, reason, seq.prompt_len, seq.cached_tokens,
             seq.prefilled_tokens, seq.decode_steps,
             None if seq.first_token_at is None else seq.first_token_at - seq.arrival, now - seq.arrival, seq.error,
+            attention=record.result() if record is not None else None,
         )
         if seq.on_event is not None:
             self._emit(seq, StreamEvent(seq.request_id, tuple(seq.output_ids[seq.emitted :]), seq.text, True, reason))

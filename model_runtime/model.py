@@ -540,13 +540,17 @@ class Transformer(nn.Module):
             for mlp in mlps:
                 mlp.fuse()
 
-    def forward_paged(self, input_ids: torch.Tensor, batch: PagedBatch, cache) -> torch.Tensor:
-        """input_ids [N] -> final-normed hidden [N,D]; reads and writes `cache` layers 0..L-1."""
+    def forward_paged(self, input_ids: torch.Tensor, batch: PagedBatch, cache, on_layer=None) -> torch.Tensor:
+        """input_ids [N] -> final-normed hidden [N,D]; reads and writes `cache` layers 0..L-1.
+
+        `on_layer(i, indices)`, when given, sees each layer's top-k slots (None: dense)."""
         x = self.embed_tokens(input_ids)
         prev = None
         for i, layer in enumerate(self.layers):
             x, indices = layer.forward_paged(x, batch, cache.kv[i], cache.index[i], prev)
             prev = indices if indices is not None else prev
+            if on_layer is not None:
+                on_layer(i, indices)
         return self.norm(x)
 
     def mtp_paged(self, hidden_prev: torch.Tensor, next_ids: torch.Tensor, batch: PagedBatch, cache, depth: int = 0) -> torch.Tensor:

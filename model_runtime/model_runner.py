@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from model_runtime.attention_record import StepRecorder
 from model_runtime.cache import KVCache
 from model_runtime.config import EngineConfig, ModelConfig
 from model_runtime.kvstore.residency import SpilledLatents
@@ -62,10 +63,14 @@ class ModelRunner:
         return batch
 
     @torch.inference_mode()
-    def run(self, feeds: list[Feed]) -> StepOutput:
+    def run(self, feeds: list[Feed], recorder: StepRecorder | None = None) -> StepOutput:
         batch = self._batch(feeds)
         ids = torch.tensor([t for f in feeds for t in f.tokens], dtype=torch.long, device=self.device)
-        hidden = self.model.forward_paged(ids, batch, self.cache)
+        if recorder is None:
+            hidden = self.model.forward_paged(ids, batch, self.cache)
+        else:
+            with recorder.recording(self.model, batch):
+                hidden = self.model.forward_paged(ids, batch, self.cache, recorder.on_layer)
         offsets = batch.query_starts[:-1]
         rows = [torch.arange(o + f.logits_from, o + len(f.tokens)) for f, o in zip(feeds, offsets)]
         flat = torch.cat(rows).to(self.device) if rows else torch.empty(0, dtype=torch.long)

@@ -26,9 +26,9 @@ def run_with_clock(loaded, sampling: SamplingParams):
     now = [100.0]
     run = engine.runner.run
 
-    def timed_run(feeds):
+    def timed_run(feeds, *rest):
         now[0] += STEP_S
-        return run(feeds)
+        return run(feeds, *rest)
 
     engine.runner.run = timed_run
     engine.clock = lambda: now[0]
