@@ -15,6 +15,9 @@ Invariants:
 - torch is imported only by the loader, on a worker thread, when the first model is needed:
   importing this module never imports torch.
 - One model at a time: concurrent `load` calls share a single load.
+- Start-up order: once start-up announced a persistent KV store (`expect_store`), `generate`
+  waits for it to be bound (at most `store_wait_s`), so the first completion after a restart
+  reuses the blocks a previous session persisted instead of racing the binding.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 WAIT_S = 600.0  # the longest a generation is awaited (the engine answers every request; this bounds a bug)
+STORE_WAIT_S = 10.0  # the longest a completion waits for the persistent KV store during start-up
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +142,8 @@ class EngineClient:
         self._loading: asyncio.Future[ModelHandle] | None = None
         self._unsubmitted: set[str] = set()  # ids in `generate` that the engine has not seen yet
         self._aborted_early: set[str] = set()  # of those, the ones aborted meanwhile
+        self._store: asyncio.Event | None = None  # set when the announced KV store is bound (or failed)
+        self.store_wait_s = STORE_WAIT_S
         self._closed = False
         self.state = ModelState.UNLOADED
         self.error: str | None = None
@@ -204,6 +210,7 @@ class EngineClient:
         self._unsubmitted.add(rid)
         try:
             handle = await self.ready()
+            await self._store_bound()
         finally:
             self._unsubmitted.discard(rid)
         if rid in self._aborted_early:
@@ -265,7 +272,8 @@ class EngineClient:
     ) -> WarmupReport:
         """Run the engine's warm-up off the loop; `progress` is called on the loop.
 
-        Its forwards are low-priority engine requests: completions made meanwhile run first.
+        Its forwards are low-priority engine requests: completions made meanwhile run first, and
+        it starts no new one while a completion waits or runs.
         """
         handle = await self.ready()
         loop = asyncio.get_running_loop()
@@ -283,11 +291,29 @@ class EngineClient:
         """The engine's KV cache counters (off the loop: the engine answers between steps)."""
         return await asyncio.to_thread(self._handle.engine.cache_stats) if self._handle is not None else {}
 
+    def expect_store(self) -> None:
+        """From now on `generate` waits (bounded) for the next `open_workspace` to finish."""
+        if self._store is None or self._store.is_set():
+            self._store = asyncio.Event()
+
+    async def _store_bound(self) -> None:
+        if self._store is None or self._store.is_set():
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(self._store.wait()), self.store_wait_s)
+        except TimeoutError:
+            log.warning("the KV store was not bound within %.1f s; completing without it", self.store_wait_s)
+
     async def open_workspace(self, roots: list[str]) -> str | None:
-        """Bind the engine's persistent KV store to these roots (off the loop); None without a model."""
-        if self._handle is None:
-            return None
-        return await asyncio.to_thread(self._handle.engine.open_workspace, roots)
+        """Bind the engine's persistent KV store to these roots (off the loop); None without a model.
+        Ends the wait of `expect_store`, whether or not binding succeeded."""
+        try:
+            if self._handle is None:
+                return None
+            return await asyncio.to_thread(self._handle.engine.open_workspace, roots)
+        finally:
+            if self._store is not None:
+                self._store.set()
 
     async def prefill(self, prompt_ids: list[int]) -> GenerationResult | None:
         """Fill the KV cache with a stable prompt prefix, without generating (off the loop)."""

@@ -7,6 +7,8 @@ Role: one frozen `ServerSettings` value; every change makes a new one. The keys 
     streaming             send `glm5/inlineCompletionProgress` notifications (bool)
     maxTokens             token cap of a multi-line completion
     singleLineMaxTokens   token cap of a single-line completion
+    maxDecodeMs           latency budget of decoding one completion, from its first token (like
+                          llama.vim's t_max_predict_ms); 0 = none
     temperature           sampling temperature, 0 = greedy
     multiline             "auto" (from the syntax tree) | "always" | "never"
     debounceMs            wait before an automatically triggered completion starts (cancel-previous
@@ -51,6 +53,7 @@ class ServerSettings:
     streaming: bool = False
     max_tokens: int = 96
     single_line_max_tokens: int = 32
+    max_decode_ms: int = 200
     temperature: float = 0.0
     multiline: str = "auto"
     debounce_ms: int = 25
@@ -79,6 +82,7 @@ _CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "streaming": (lambda v: isinstance(v, bool), "true or false"),
     "max_tokens": (lambda v: _is_int(v) and 1 <= v <= 4096, "an integer in 1..4096"),
     "single_line_max_tokens": (lambda v: _is_int(v) and 1 <= v <= 1024, "an integer in 1..1024"),
+    "max_decode_ms": (lambda v: _is_int(v) and 0 <= v <= 60_000, "an integer in 0..60000"),
     "temperature": (
         lambda v: isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= 2,
         "a number in 0..2",

@@ -20,8 +20,8 @@ from typing import Protocol
 class FinishReason(str, Enum):
     """Why a generation ended."""
 
-    STOP = "stop"  # a stop token or stop string was produced
-    LENGTH = "length"  # max_tokens reached
+    STOP = "stop"  # a stop token or stop string was produced, or confidence collapsed
+    LENGTH = "length"  # max_tokens reached, or the decode budget (`max_decode_ms`) spent
     ABORT = "abort"  # aborted by the caller (cancel, stale document, newer request)
     ERROR = "error"  # the engine failed on this request; see `GenerationResult.error`
 
@@ -37,6 +37,8 @@ class SamplingParams:
     seed: int | None = None
     stop_token_ids: tuple[int, ...] = ()  # added to the tokenizer's eos ids
     stop_strings: tuple[str, ...] = ()  # generation ends *before* the first occurrence
+    max_decode_ms: float = 0.0  # latency budget of decoding, from the first token; 0 = none
+    min_confidence: float = 0.0  # once a line is complete, stop before a token less likely than this
 
     def __post_init__(self) -> None:
         if self.max_tokens < 0:
@@ -47,6 +49,10 @@ class SamplingParams:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+        if self.max_decode_ms < 0:
+            raise ValueError(f"max_decode_ms must be >= 0, got {self.max_decode_ms}")
+        if not 0 <= self.min_confidence < 1:
+            raise ValueError(f"min_confidence must be in [0, 1), got {self.min_confidence}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,8 @@ Invariants:
   it through `self._commands`; callbacks run on the engine thread.
 - An abort takes effect before the next step: an aborted request never decodes again and its
   cache blocks are released at once.
+- A request with a decode budget (`SamplingParams.max_decode_ms`) decodes at most one step past
+  it (`latency`); one with `min_confidence` stops where the model's confidence collapses.
 - With `use_mtp`, greedy output is identical to plain greedy decoding: drafts from the MTP
   layer are only kept when the main model's own argmax agrees.
 - The thread is supervised: an exception while scheduling or in one request's bookkeeping
@@ -46,6 +48,7 @@ from model_runtime.cache import BlockManager, KVCache
 from model_runtime.config import EngineConfig
 from model_runtime.kvstore.paths import store_dir
 from model_runtime.kvstore.tiers import CacheTiers
+from model_runtime.latency import budget_spent, confidence_collapsed
 from model_runtime.model_runner import Feed, ModelRunner, StepOutput
 from model_runtime.scheduler import Scheduler, Step
 from model_runtime.scoring import score_continuations
@@ -92,6 +95,7 @@ class Engine:
         self._records: dict[str, RequestRecord] = {}  # requests with `record_attention`
         self._prefill_ids = itertools.count()
         self._busy_at = 0.0
+        self.clock: Callable[[], float] = time.perf_counter  # decode budgets and first-token times
         self._steer = Steering(self)
 
     # ---- thread-safe API ------------------------------------------------------------------
@@ -338,9 +342,12 @@ class Engine:
                 self._fail(seq, f"{type(exc).__name__}: {exc}")
             return step
         self._counters["decode_steps"] += not step.is_prefill
+        now = self.clock()
         for seq in step.seqs:
             seq.last_step_at = time.perf_counter()
             seq.decode_steps += not step.is_prefill
+            if seq.finish_reason is None and budget_spent(seq.sampling, seq.first_token_at, now):
+                seq.finish_reason = FinishReason.LENGTH
             try:
                 self._after_tokens(seq)
             except Exception as exc:  # one request's bookkeeping failed: fail it, not the others
@@ -396,6 +403,8 @@ class Engine:
         else:
             new = [picks[-1]]
             seq.num_computed += len(feed.tokens)
+            if confidence_collapsed(seq.sampling, seq.text, logits[-1], new[0]):
+                seq.finish_reason, new = FinishReason.STOP, []
         seq.draft = None
         accepted = self._append(seq, new)
         self._seal(seq)
@@ -409,7 +418,7 @@ class Engine:
             taken.append(token)
             self._counters["generated_tokens"] += 1
             if seq.first_token_at is None:
-                seq.first_token_at = time.perf_counter()
+                seq.first_token_at = self.clock()
             if token in seq.stop_ids:
                 seq.finish_reason = FinishReason.STOP
             elif len(seq.output_ids) >= seq.sampling.max_tokens:

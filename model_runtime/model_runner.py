@@ -7,6 +7,8 @@ Invariants:
 - The runner never changes a sequence: it reads `token_ids`, `num_computed`, `block_table`;
   the engine applies the outcome.
 - All tensors of a step are built here, once, and shared by every layer.
+- The model's projections that share an input are fused once, when the first runner is built
+  (`Transformer.fuse_for_inference`): the weights are frozen from then on.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ class ModelRunner:
     def __init__(self, model: Transformer, cache: KVCache, engine_config: EngineConfig, device) -> None:
         self.model, self.cache, self.engine_config, self.device = model, cache, engine_config, device
         self.cfg: ModelConfig = model.cfg
+        if model.layers[0].self_attn.fused_in is None:
+            model.fuse_for_inference()
 
     def _batch(self, feeds: list[Feed]) -> PagedBatch:
         batch = PagedBatch.build(

@@ -1,7 +1,8 @@
 """n-best groups: the branches of one request, beam search over them, and the candidate ranking.
 
 Role: `model_runtime.steering` keeps a `Group` per request with `num_candidates = n > 1`. The
-request branches once (after its heal prefix) into n sequences on shared KV blocks. A greedy
+request branches once (after its heal prefix, where two tokens or more are legal) into n
+sequences on shared KV blocks. A greedy
 group then runs beam search: every beam proposes its n best legal tokens with their
 log-probabilities, and once every live beam has proposed at the same length, `reshuffle` keeps
 the n best (cumulative log-probability) extensions: a beam whose proposals all lost is

@@ -10,9 +10,10 @@ Invariants:
 - Every candidate's `logprob` is the sum over its tokens of log p(token) under the model's own,
   unconstrained distribution.
 - n-best (`num_candidates = n > 1`, `model_runtime.nbest`): at the first decode step past the
-  heal prefix the request branches into the n best legal tokens (greedy) or n distinct draws
-  (sampled); each branch is a child sequence that references the parent's KV blocks so far
-  (`BlockManager.fork`: the prompt's and the heal tokens') and decodes on in the same batches:
+  heal prefix with two legal tokens or more, the request branches into the n best legal tokens
+  (greedy) or n distinct draws (sampled); each branch is a child sequence that references the
+  parent's KV blocks so far (`BlockManager.fork`: the prompt's and the heal tokens') and
+  decodes on in the same batches:
   greedy branches as a beam search (the result's text is the best beam, streamed once at the
   end), sampled ones independently (the parent streams as usual). The request's `on_done` runs
   once, after the parent and every child ended; an abort ends them all.
@@ -128,7 +129,7 @@ class Steering:
         picks = monitor.choose(row, k, seq.sampling, seq.generator) if monitor is not None else None
         if picks is None:
             picks = _free_picks(row, k, seq)
-        if branching:
+        if branching and len(picks) > 1:  # with one legal token there is nothing to branch into yet
             group.spawned = True
             self.branches[seq.request_id] = picks[1:]
         elif proposing:

@@ -14,6 +14,10 @@ Invariants:
 - At most `maxConcurrency` requests are in flight; the rest wait their turn.
 - Failures (unreachable, auth, timeouts, malformed streams) end that request with ERROR and a
   message for the user; the engine itself keeps serving.
+- Constraint masks and n-best cannot be sent (the endpoints' grammars and `n` differ): such
+  requests run unconstrained with one result. A token-healing prefix is honoured after the
+  fact: stripped from the text, and an output that does not spell it ends the request empty.
+  `score` uses echoed prompt logprobs, or raises NotImplementedError (`Unsupported`).
 - Never imports torch.
 """
 
@@ -27,11 +31,11 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from model_runtime.api import (
-    DoneCallback, EngineStats, EventCallback, FinishReason, GenerationRequest, GenerationResult,
-    ProgressCallback, SamplingParams, StreamEvent, WarmupReport,
+    ContinuationScore, DoneCallback, EngineStats, EventCallback, FinishReason, GenerationRequest,
+    GenerationResult, ProgressCallback, SamplingParams, ScoreRequest, StreamEvent, WarmupReport,
 )
 from model_runtime.remote.config import RemoteConfig
-from model_runtime.remote.errors import RemoteError, RequestRejected, RequestTimeout, Unsupported
+from model_runtime.remote.errors import ProtocolViolation, RemoteError, RequestRejected, RequestTimeout, Unsupported
 from model_runtime.remote.transport import Endpoint
 from model_runtime.remote.wire import (
     ModelCard, Usage, choice_of, completion_body, finish_reason, model_card, token_logprobs, usage_of,
@@ -93,9 +97,15 @@ class RemoteEngine:
             await self._endpoint.close()
 
     def call(self, work: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        """Run `work` on the engine's loop and wait for it (from any other thread)."""
+        """Run `work` on the engine's loop and wait for it (from any other thread); past the
+        bound it is cancelled and TimeoutError raised."""
         bound = timeout if timeout is not None else self.config.timeout_ms / 1000 + 1
-        return asyncio.run_coroutine_threadsafe(work, self._loop).result(bound)
+        future = asyncio.run_coroutine_threadsafe(work, self._loop)
+        try:
+            return future.result(bound)
+        except TimeoutError:
+            future.cancel()
+            raise TimeoutError(f"the engine at {self.config.base_url} did not answer within {bound:.1f} s") from None
 
     # ---- EngineProtocol --------------------------------------------------------------------
     def submit(self, request: GenerationRequest, on_event: EventCallback | None, on_done: DoneCallback) -> None:
@@ -151,10 +161,17 @@ class RemoteEngine:
             return int(self.call(self._post("/glm5/cache/clear", {"workspace": workspace}))["bytes"])
         return 0
 
-    def score(self, prompt_ids: list[int], continuation_ids: list[int]) -> float:
-        """Sum of the log-probabilities of `continuation_ids` after `prompt_ids`, from the
-        endpoint's prompt logprobs (`echo` + `logprobs`); `Unsupported` when it has none."""
-        return self.call(self._score(list(prompt_ids), list(continuation_ids)))
+    def score(self, request: ScoreRequest, timeout: float = 30.0) -> list[ContinuationScore]:
+        """Log-probabilities of each continuation after the prompt, from the endpoint's prompt
+        logprobs (`echo` + `logprobs`, all continuations in one batched request). `Unsupported`
+        (a NotImplementedError) when the endpoint gives none; other failures are RuntimeError,
+        TimeoutError past `timeout`."""
+        try:
+            return self.call(self._score(request), timeout)
+        except Unsupported:
+            raise
+        except RemoteError as exc:
+            raise RuntimeError(exc.message) from exc
 
     # ---- on the loop -----------------------------------------------------------------------
     def _spawn(self, request: GenerationRequest, on_event: EventCallback | None, on_done: DoneCallback) -> None:
@@ -168,7 +185,8 @@ class RemoteEngine:
             task.cancel()
 
     async def _run(self, request: GenerationRequest, on_event: EventCallback | None, on_done: DoneCallback) -> None:
-        state = _Progress(request.request_id, time.perf_counter())
+        heal = request.constraint.heal_prefix if request.constraint is not None else ""
+        state = _Progress(request.request_id, time.perf_counter(), heal)
         try:
             assert self._slots is not None
             async with self._slots:
@@ -191,7 +209,7 @@ class RemoteEngine:
         try:
             await self._stream(request, self._prompt(request.prompt_ids), on_event, state)
         except RequestRejected as exc:
-            if self.config.prompt_format != "auto" or self.prompt_format != "ids" or state.text or exc.status not in (400, 422):
+            if self.config.prompt_format != "auto" or self.prompt_format != "ids" or state.raw or exc.status not in (400, 422):
                 raise
             log.warning("the engine refused a token-id prompt (%s); sending prompts as text from now on", exc.message)
             self.prompt_format = "text"
@@ -208,8 +226,13 @@ class RemoteEngine:
                 choice = choice_of(chunk)
                 if choice is None:
                     continue
+                before = state.text
                 state.add(choice.get("text", ""), finish_reason(choice.get("finish_reason")))
-                if on_event is not None and choice.get("text"):
+                if state.diverged:  # the healed characters were not spelled: nothing fits the cursor
+                    log.info("remote request %s: output does not continue %r; stopped", request.request_id, state.heal)
+                    state.reason = FinishReason.STOP
+                    return
+                if on_event is not None and state.text != before:
                     on_event(StreamEvent(request.request_id, (), state.text))
         if state.reason is None:
             raise RemoteError(f"the engine at {self.config.base_url} ended the stream before the completion finished")
@@ -231,20 +254,24 @@ class RemoteEngine:
         return GenerationResult("warm", (), "", FinishReason.LENGTH, usage.prompt_tokens, usage.cached_tokens,
                                 usage.prompt_tokens - usage.cached_tokens)
 
-    async def _score(self, prompt_ids: list[int], continuation_ids: list[int]) -> float:
-        if not continuation_ids:
-            return 0.0
-        body = {"model": self._card().name, "prompt": prompt_ids + continuation_ids, "max_tokens": 1, "echo": True, "logprobs": 0, "temperature": 0.0}
+    async def _score(self, request: ScoreRequest) -> list[ContinuationScore]:
+        prompt = list(request.prompt_ids)
+        prompts = [prompt + list(c) for c in request.continuations]
+        if not prompts:
+            return []
+        body = {"model": self._card().name, "prompt": prompts, "max_tokens": 1, "echo": True, "logprobs": 0, "temperature": 0.0}
         try:
             answer = await self._post("/v1/completions", body)
         except RequestRejected as exc:
-            raise Unsupported(f"the engine gives no prompt logprobs, so candidates cannot be scored remotely: {exc.message}") from exc
-        choice = choice_of(answer)
-        values = token_logprobs(choice) if choice is not None else []
-        tail = values[len(prompt_ids) : len(prompt_ids) + len(continuation_ids)]
-        if len(tail) != len(continuation_ids) or any(v is None for v in tail):
-            raise Unsupported("the engine's echoed logprobs do not cover the continuation")
-        return float(sum(tail))
+            raise Unsupported(f"the engine gives no prompt logprobs, so continuations cannot be scored remotely: {exc.message}") from exc
+        choices = answer.get("choices") if isinstance(answer, dict) else None
+        if not isinstance(choices, list) or len(choices) != len(prompts):
+            raise Unsupported(f"the engine answered {len(choices or [])} choices for {len(prompts)} scored prompts")
+        ordered = sorted(choices, key=lambda c: c.get("index", 0) if isinstance(c, dict) else 0)
+        try:
+            return [_continuation_score(token_logprobs(choice), len(prompt), len(c)) for choice, c in zip(ordered, request.continuations, strict=True)]
+        except ProtocolViolation as exc:
+            raise Unsupported(f"the engine gives no prompt logprobs, so continuations cannot be scored remotely: {exc.message}") from exc
 
     async def _post(self, path: str, body: dict[str, Any]) -> Any:
         assert self._endpoint is not None
@@ -270,20 +297,37 @@ class RemoteEngine:
         self._counters["generated_tokens"] += usage.completion_tokens
 
 
-class _Progress:
-    """The text and usage of one request so far."""
+def _continuation_score(values: list[float | None], start: int, length: int) -> ContinuationScore:
+    tail = values[start : start + length]
+    if len(tail) != length or any(v is None for v in tail):
+        raise Unsupported("the engine's echoed logprobs do not cover the continuation")
+    return ContinuationScore(float(sum(tail)), length, tuple(float(v) for v in tail))
 
-    def __init__(self, request_id: str, started: float) -> None:
-        self.request_id, self.started = request_id, started
-        self.text = ""
+
+class _Progress:
+    """The text and usage of one request so far. With token healing (`heal`), the prompt was
+    backed off and the output must first spell `heal` again: `text` is what follows it (the
+    engine seam's contract), and an output that spells something else is `diverged`."""
+
+    def __init__(self, request_id: str, started: float, heal: str = "") -> None:
+        self.request_id, self.started, self.heal = request_id, started, heal
+        self.raw = ""
         self.reason: FinishReason | None = None
         self.first_token_s: float | None = None
         self.usage = Usage()
 
+    @property
+    def text(self) -> str:
+        return self.raw[len(self.heal) :] if self.raw.startswith(self.heal) else ""
+
+    @property
+    def diverged(self) -> bool:
+        return not (self.raw.startswith(self.heal) or self.heal.startswith(self.raw))
+
     def add(self, text: str, reason: FinishReason | None) -> None:
         if text and self.first_token_s is None:
             self.first_token_s = time.perf_counter() - self.started
-        self.text += text
+        self.raw += text
         self.reason = reason or self.reason
 
     def result(self, reason: FinishReason, error: str | None = None) -> GenerationResult:

@@ -42,5 +42,6 @@ class RequestRejected(RemoteError):
         self.status = status
 
 
-class Unsupported(RemoteError):
-    """The endpoint does not offer what this call needs (e.g. logprobs for scoring)."""
+class Unsupported(RemoteError, NotImplementedError):
+    """The endpoint does not offer what this call needs (e.g. prompt logprobs for scoring); a
+    `NotImplementedError`, as the engine seam says for what an engine cannot do."""

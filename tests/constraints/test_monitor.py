@@ -95,3 +95,20 @@ def test_no_member_at_all_releases_and_the_heal_prefix_survives(tokenizer):
     monitor = compile_constraint(spec, vocab, frozenset(tokenizer.special.eos_ids), "x = geometry.")
     picks = monitor.choose(torch.randn(len(vocab)), 1, __import__("model_runtime.api").api.SamplingParams(), None)
     assert picks is not None and monitor.released and monitor.report().released
+
+
+@pytest.mark.parametrize("context", ["import geometry\nresult = geometry.", "def f():\n    value = ", "total = sum(alpha, ", "x = (alpha"])
+def test_a_greedy_pick_is_the_argmax_over_the_exact_mask(tokenizer, context):
+    import torch
+
+    from model_runtime.api import SamplingParams
+
+    vocab = Vocab.of(tokenizer)
+    spec = ConstraintSpec(member_scopes=(MemberScope("geometry", MEMBERS),), defined_names=("alpha", "geometry", "sum"))
+    generator = torch.Generator().manual_seed(7)
+    for _ in range(5):
+        monitor = compile_constraint(spec, vocab, frozenset(tokenizer.special.eos_ids), context)
+        logits = torch.randn(len(vocab), generator=generator) * 3
+        mask = monitor.compiled.mask(monitor.state, True, len(vocab))
+        (pick,) = monitor.choose(logits, 1, SamplingParams(), None)
+        assert pick == int(logits.masked_fill(~mask, float("-inf")).argmax())

@@ -50,6 +50,16 @@ def sse(*parts: str, stall: bool = False) -> Answer:
     return answer
 
 
+def plain(*texts: str) -> Answer:
+    """A non-streamed completion with one choice per text and no logprobs."""
+
+    async def answer(request: Request) -> Response:
+        choices = [{"index": i, "text": t, "logprobs": None, "finish_reason": "length"} for i, t in enumerate(texts)]
+        return JSONResponse({"id": "cmpl-s", "object": "text_completion", "created": 0, "model": "scripted", "choices": choices})
+
+    return answer
+
+
 def good(text: str = "return a + b") -> Answer:
     half = len(text) // 2
     return sse(chunk(text[:half]), chunk(text[half:], "length"), "data: [DONE]\n\n")

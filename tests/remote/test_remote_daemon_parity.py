@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from daemon import Daemon
+from model_runtime.api import ScoreRequest
 from model_runtime.remote.config import RemoteConfig
 from model_runtime.remote.engine import RemoteEngine
 from model_runtime.remote.tokenizer import RemoteTokenizer
@@ -43,13 +44,17 @@ def test_remote_tokenizer_matches_the_checkpoints(daemon, tiny_checkpoint, local
 
 
 def test_score_from_echoed_logprobs_equals_the_in_process_model(daemon, tiny_checkpoint, local):
-    prompt, continuation = local.encode("def main():\n    return"), local.encode(" 0\n")
+    prompt = local.encode("def main():\n    return")
+    continuations = [local.encode(" 0\n"), local.encode(" None"), ()]
     engine = RemoteEngine(RemoteConfig(daemon.url)).start()
     try:
-        remote = engine.score(prompt, continuation)
+        scores = engine.score(ScoreRequest("s", tuple(prompt), tuple(tuple(c) for c in continuations)))
     finally:
         engine.shutdown()
     model = load_model(tiny_checkpoint)
-    logprobs = torch.log_softmax(model.logits(prompt + continuation).float(), dim=-1)
-    expected = sum(float(logprobs[len(prompt) - 1 + i, t]) for i, t in enumerate(continuation))
-    assert remote == pytest.approx(expected, abs=1e-3)
+    assert [s.num_tokens for s in scores] == [len(c) for c in continuations]
+    for score, continuation in zip(scores, continuations, strict=True):
+        logprobs = torch.log_softmax(model.logits(prompt + list(continuation)).float(), dim=-1)
+        expected = [float(logprobs[len(prompt) - 1 + i, t]) for i, t in enumerate(continuation)]
+        assert score.token_logprobs == pytest.approx(expected, abs=1e-3)
+        assert score.logprob == pytest.approx(sum(expected), abs=1e-3)

@@ -10,12 +10,12 @@ import threading
 
 import pytest
 
-from model_runtime.api import FinishReason, GenerationRequest, GenerationResult, SamplingParams, StreamEvent
+from model_runtime.api import ConstraintSpec, FinishReason, GenerationRequest, GenerationResult, SamplingParams, ScoreRequest, StreamEvent
 from model_runtime.remote.config import RemoteConfig
 from model_runtime.remote.engine import RemoteEngine
 from model_runtime.remote.errors import EndpointUnavailable
 from model_runtime.remote.transport import retry_delay
-from scripted import Scripted, chunk, good, sse, status
+from scripted import Scripted, chunk, good, plain, sse, status
 
 REQUEST = GenerationRequest("r1", (1, 2, 3), SamplingParams(max_tokens=8, stop_strings=("\n",)))
 
@@ -125,6 +125,16 @@ def test_abort_closes_the_stream_and_returns_the_text_so_far(connect):
     assert engine.stats().requests_aborted == 1
 
 
+@pytest.mark.parametrize("stream, text", [((chunk("ret"), chunk("urn a"), chunk(" + b", "stop"), "data: [DONE]\n\n"), "urn a + b"),
+                                          ((chunk("re"), chunk("sult = 1"), chunk("\n", "stop"), "data: [DONE]\n\n"), "")])
+def test_a_healed_prefix_is_stripped_or_the_output_dropped(connect, stream, text):
+    request = GenerationRequest("h", (1, 2), SamplingParams(max_tokens=8), constraint=ConstraintSpec(heal_prefix="ret"))
+    with Scripted([sse(*stream)]) as server:
+        result, events = run(connect(server.url), request)
+    assert result.finish_reason is FinishReason.STOP and result.text == text
+    assert all(text.startswith(e.text) for e in events)
+
+
 def test_token_ids_refused_falls_back_to_text(connect):
     with Scripted([status(400, message="prompt must be a string"), good("x")]) as server:
         engine = RemoteEngine(RemoteConfig(server.url), lambda ids: "".join(f"<{i}>" for i in ids)).start()
@@ -134,6 +144,16 @@ def test_token_ids_refused_falls_back_to_text(connect):
             engine.shutdown()
     assert result.text == "x" and engine.prompt_format == "text"
     assert server.requests[1]["body"]["prompt"] == "<1><2><3>" and server.requests[1]["body"]["add_special_tokens"] is False
+
+
+@pytest.mark.parametrize("answer", [status(400, message="echo is not supported"), plain("x", "y")])
+def test_scoring_without_prompt_logprobs_is_not_implemented(connect, answer):
+    with Scripted([answer]) as server:
+        engine = connect(server.url)
+        with pytest.raises(NotImplementedError, match="cannot be scored remotely"):
+            engine.score(ScoreRequest("s", (1, 2), ((3,), (4, 5))))
+    body = server.requests[0]["body"]
+    assert body["prompt"] == [[1, 2, 3], [1, 2, 4, 5]] and body["echo"] is True and body["logprobs"] == 0
 
 
 def test_unreachable_endpoint_fails_start_with_the_url():
