@@ -8,7 +8,8 @@ text) and, for language servers that share this daemon, `/glm5/warmup`, `/glm5/p
 Invariants:
 - With an API key, every route but `/health` needs `Authorization: Bearer <key>` (401 otherwise).
 - A client that disconnects aborts its requests in the engine: a stream is cancelled by
-  Starlette, a plain request by `_until_disconnect`.
+  Starlette, a plain request by `_until_disconnect`; the engine streams are closed with
+  `aclosing`, so the abort runs at once wherever the handler was cancelled.
 - Errors are `{"error": {message, type, param, code}}` with the HTTP status in `code`.
 """
 
@@ -19,6 +20,7 @@ import json
 import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
 from dataclasses import asdict
 from typing import Any
 
@@ -130,9 +132,10 @@ def _check_prompt(service: EngineService, ids: list[int], max_tokens: int) -> No
 async def _run(service: EngineService, rid: str, params: CompletionParams, ids: list[int]) -> GenerationResult:
     if params.sampling.max_tokens == 0:
         return GenerationResult(rid, (), "", FinishReason.LENGTH, prompt_tokens=len(ids))
-    async for item in service.generate(GenerationRequest(rid, tuple(ids), params.sampling)):
-        if isinstance(item, GenerationResult):
-            return _checked(item)
+    async with aclosing(service.generate(GenerationRequest(rid, tuple(ids), params.sampling))) as items:
+        async for item in items:
+            if isinstance(item, GenerationResult):
+                return _checked(item)
     raise RuntimeError(f"request {rid} ended without a result")
 
 
@@ -154,14 +157,15 @@ async def _stream(service: EngineService, rid: str, params: CompletionParams, id
     result = GenerationResult(rid, (), "", FinishReason.LENGTH, prompt_tokens=len(ids))
     if params.sampling.max_tokens > 0:
         try:
-            async for item in service.generate(GenerationRequest(rid, tuple(ids), params.sampling)):
-                if isinstance(item, GenerationResult):
-                    result = _checked(item)
-                elif item.text.startswith(sent) and len(item.text) > len(sent):
-                    done = len(out)
-                    out += item.new_token_ids
-                    yield chunk(item.text[len(sent) :], None, await _span(service, params, ids + out, len(ids) + done))
-                    sent = item.text
+            async with aclosing(service.generate(GenerationRequest(rid, tuple(ids), params.sampling))) as items:
+                async for item in items:
+                    if isinstance(item, GenerationResult):
+                        result = _checked(item)
+                    elif item.text.startswith(sent) and len(item.text) > len(sent):
+                        done = len(out)
+                        out += item.new_token_ids
+                        yield chunk(item.text[len(sent) :], None, await _span(service, params, ids + out, len(ids) + done))
+                        sent = item.text
         except ApiError as exc:
             yield f"data: {json.dumps(exc.body())}\n\n"
             return
