@@ -256,7 +256,9 @@ def workbench(server: CodeServer, folder: Path) -> Iterator[Workbench]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium(), headless=True, args=["--no-sandbox"])
+        browser = playwright.chromium.launch(
+            executable_path=chromium(), headless=True, args=["--no-sandbox", "--disable-dev-shm-usage"]
+        )
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 660}, device_scale_factor=1)
             page.goto(f"http://127.0.0.1:{server.port}/?folder={folder}", wait_until="domcontentloaded")
