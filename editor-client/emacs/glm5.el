@@ -58,6 +58,11 @@ glm5-serve (one model for every editor), vLLM or SGLang, e.g. \"http://127.0.0.1
   "Name of the environment variable holding the engine's API key (never the key itself)."
   :type '(choice (const :tag "No key" nil) string))
 
+(defcustom glm5-server-settings nil
+  "More server settings, a plist sent as it is in initializationOptions (the server's names).
+For example (:abstain :json-false) shows the best guess even when the reranker is not confident."
+  :type 'plist)
+
 (defcustom glm5-max-tokens 64
   "Most tokens in one completion."
   :type 'natnum)
@@ -125,7 +130,8 @@ glm5-serve (one model for every editor), vLLM or SGLang, e.g. \"http://127.0.0.1
         (list :engine `(:url ,glm5-engine-url
                         ,@(when glm5-engine-api-key-env (list :apiKeyEnv glm5-engine-api-key-env)))))
     :maxTokens ,glm5-max-tokens :temperature ,glm5-temperature
-    :multiline ,glm5-multiline :streaming t))
+    :multiline ,glm5-multiline :streaming t
+    ,@glm5-server-settings))
 
 (cl-defmethod eglot-initialization-options ((_server glm5-eglot-server))
   (glm5-initialization-options))

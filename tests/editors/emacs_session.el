@@ -39,6 +39,8 @@
   (setq glm5-server-command (append (json-read-from-string (getenv "GLM5_CMD")) nil))
   (setq glm5-model (let ((m (getenv "GLM5_MODEL"))) (and m (not (string-empty-p m)) m)))
   (setq glm5-temperature 0 glm5-max-tokens (string-to-number (or (getenv "GLM5_MAX_TOKENS") "16")))
+  ;; the editor's plumbing is under test: the plain pipeline (the model's greedy text, streamed)
+  (setq glm5-server-settings '(:numCandidates 1 :retrieval :json-false :rerank :json-false :abstain :json-false :maxDecodeMs 0))
   (glm5-eglot-setup)
   (find-file (getenv "GLM5_FILE"))
   (apply #'eglot (eglot--guess-contact))

@@ -63,6 +63,9 @@ local ok, err = pcall(glm5.setup, {
   temperature = 0,
   max_tokens = tonumber(env.GLM5_MAX_TOKENS or '16'),
   debounce_ms = 50,
+  -- the editor's plumbing is under test: the plain pipeline (the model's greedy text, streamed;
+  -- no decode-time budget, whose cut depends on the load)
+  settings = { numCandidates = 1, retrieval = false, rerank = false, abstain = false, maxDecodeMs = 0 },
 })
 if not ok then
   finish('setup: ' .. tostring(err))

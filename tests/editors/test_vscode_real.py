@@ -45,6 +45,12 @@ BASE_SETTINGS = {
 }
 
 
+# The editor's plumbing is under test with the real server: the plain pipeline (the model's
+# constrained greedy text, streamed as it comes), since reranking and abstaining hold text back
+# or show none, and no decode-time budget, whose cut depends on the machine's load.
+PLAIN_PIPELINE = {"numCandidates": 1, "retrieval": False, "rerank": False, "abstain": False, "maxDecodeMs": 0}
+
+
 @pytest.fixture
 def code_server_module():
     try:
@@ -192,7 +198,7 @@ def test_real_server_ghost_text_and_attention_heat_map(code_server_module, tmp_p
     (root / "geometry.py").write_text(GEOMETRY)
     (root / "shapes.py").write_text(SHAPES)
     line = SHAPES.split("\n").index("            total += ") + 1
-    server = start(code_server_module, tmp_path, editor_env, {"glm5.pythonPath": sys.executable, "glm5.maxTokens": 24})
+    server = start(code_server_module, tmp_path, editor_env, {"glm5.pythonPath": sys.executable, "glm5.maxTokens": 24, "glm5.serverOptions": PLAIN_PIPELINE})
     try:
         with code_server_module.workbench(server, root) as bench:
             bench.open_file("shapes.py")

@@ -28,6 +28,8 @@ export interface Glm5Settings {
   readonly debounceMs: number;
   readonly temperature: number;
   readonly multiline: Multiline;
+  /** More server settings by the server's names (e.g. `{"abstain": false}`), sent as they are. */
+  readonly serverOptions: Readonly<Record<string, unknown>>;
 }
 
 export const DEFAULT_SETTINGS: Glm5Settings = {
@@ -43,6 +45,7 @@ export const DEFAULT_SETTINGS: Glm5Settings = {
   debounceMs: 150,
   temperature: 0.2,
   multiline: 'auto',
+  serverOptions: {},
 };
 
 type Check = [test: (value: unknown) => boolean, expected: string];
@@ -62,6 +65,7 @@ const CHECKS: { [K in keyof Glm5Settings]: Check } = {
   debounceMs: [isInt(0, 5000), 'an integer in 0..5000'],
   temperature: [(v) => typeof v === 'number' && Number.isFinite(v) && v >= 0 && v <= 2, 'a number in 0..2'],
   multiline: [(v) => v === 'auto' || v === 'never' || v === 'always', '"auto", "never" or "always"'],
+  serverOptions: [(v) => typeof v === 'object' && v !== null && !Array.isArray(v), 'an object of server settings'],
 };
 
 export interface SettingsReading {
@@ -88,7 +92,7 @@ export function readSettings(get: (key: keyof Glm5Settings) => unknown): Setting
 
 /** The settings the server can change while running (`workspace/didChangeConfiguration`). */
 export function serverSettings(s: Glm5Settings): Record<string, unknown> {
-  return { maxTokens: s.maxTokens, temperature: s.temperature, multiline: s.multiline };
+  return { ...s.serverOptions, maxTokens: s.maxTokens, temperature: s.temperature, multiline: s.multiline };
 }
 
 /** The server's `initializationOptions`: streaming on, the runtime options, and the model, the

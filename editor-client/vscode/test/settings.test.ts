@@ -15,7 +15,8 @@ test('unset settings take the defaults, with no problems', () => {
 
 test('valid settings are kept as given', () => {
   const values = { enable: false, pythonPath: '/opt/py', modelPath: '/m', maxTokens: 200, debounceMs: 0, temperature: 0, multiline: 'never',
-    device: 'cuda:1', dtype: 'bfloat16', mtp: true, engineUrl: 'http://127.0.0.1:8000', engineApiKeyEnv: 'GLM5_KEY' };
+    device: 'cuda:1', dtype: 'bfloat16', mtp: true, engineUrl: 'http://127.0.0.1:8000', engineApiKeyEnv: 'GLM5_KEY',
+    serverOptions: { abstain: false } };
   const { settings, problems } = reading(values);
   assert.deepEqual(settings, values);
   assert.deepEqual(problems, []);
@@ -43,6 +44,17 @@ test('initializationOptions turn streaming on and name the model only when one i
   assert.equal('device' in withModel, false);
   const onGpu = initializationOptions({ ...DEFAULT_SETTINGS, device: ' cuda ', dtype: 'bfloat16', mtp: true });
   assert.deepEqual([onGpu.device, onGpu.dtype, onGpu.mtp], ['cuda', 'bfloat16', true]);
+});
+
+test('serverOptions reach the server as they are, the named settings win, and a non-object falls back', () => {
+  const options = initializationOptions({ ...DEFAULT_SETTINGS, serverOptions: { abstain: false, numCandidates: 1, maxTokens: 999 } });
+  assert.equal(options.abstain, false);
+  assert.equal(options.numCandidates, 1);
+  assert.equal(options.maxTokens, DEFAULT_SETTINGS.maxTokens);
+  assert.deepEqual(serverSettings({ ...DEFAULT_SETTINGS, serverOptions: { rerank: false } }).rerank, false);
+  const { settings, problems } = reading({ serverOptions: [1, 2] });
+  assert.deepEqual(settings.serverOptions, {});
+  assert.match(problems[0], /^glm5\.serverOptions: expected an object of server settings/);
 });
 
 test('a bad dtype falls back to auto with a message naming the setting', () => {

@@ -37,6 +37,9 @@ M.defaults = {
   multiline = 'auto',
   debounce_ms = 150,
   native = nil, -- nil: native inline completion when this Neovim has it
+  -- more server settings, sent as they are in initializationOptions (the server's names), e.g.
+  -- { abstain = false } to show the best guess even when the reranker is not confident
+  settings = {},
   keymaps = { accept = '<Tab>', dismiss = '<C-]>', trigger = '<M-\\>', next = '<M-]>', prev = '<M-[>' },
 }
 
@@ -271,14 +274,14 @@ end
 --- The server's `initializationOptions`, from the plugin options.
 ---@return table
 function M.init_options()
-  return {
+  return vim.tbl_extend('keep', {
     model = M.config.model,
     engine = M.config.engine,
     maxTokens = M.config.max_tokens,
     temperature = M.config.temperature,
     multiline = M.config.multiline,
     streaming = not use_native(),
-  }
+  }, M.config.settings or {})
 end
 
 local function root_dir(bufnr)
@@ -338,6 +341,7 @@ local function validate(config)
   check('temperature', config.temperature, 'number')
   check('debounce_ms', config.debounce_ms, 'number')
   check('keymaps', config.keymaps, 'table')
+  check('settings', config.settings, 'table')
   if not MULTILINE[config.multiline] then
     error(('glm5: option multiline must be "never", "auto" or "always", got %s'):format(vim.inspect(config.multiline)), 2)
   end
