@@ -17,9 +17,11 @@ glm5.didAcceptCompletion.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict
+import asyncio
+from dataclasses import asdict, replace
 from typing import Any
 
+from context.document import DocumentSnapshot
 from lsprotocol import types
 from pygls.uris import from_fs_path
 
@@ -94,9 +96,10 @@ def register(ls: Glm5Server) -> None:
 async def explain(ls: Glm5Server, uri: str, position: Any) -> dict[str, Any]:
     snapshot, encoding = ls.snapshot(uri), ls.state.encoding
     handle = await ls.engine.ready()
-    prepared = ls.prepare(snapshot, position, handle, force=True)
+    prepared = await asyncio.to_thread(ls.prepare_later(_own_tree(snapshot), position, handle, force=True))
     prompt = prepared.prompt
-    assert prompt is not None  # force=True always builds one
+    if prompt is None:  # forced prompts exist everywhere except on a line too long to complete
+        raise InvalidParams(f"glm5.explainContext: no prompt at {position}: the line is too long to complete")
     return {
         "uri": uri,
         "version": snapshot.version,
@@ -116,6 +119,11 @@ async def explain(ls: Glm5Server, uri: str, position: Any) -> dict[str, Any]:
         ],
         "budget": asdict(prepared.budget) if prepared.budget is not None else None,
     }
+
+
+def _own_tree(snapshot: DocumentSnapshot) -> DocumentSnapshot:
+    """The snapshot with a copy of its tree, for a worker thread (trees are not thread-safe)."""
+    return replace(snapshot, tree=snapshot.tree.copy()) if snapshot.tree is not None else snapshot
 
 
 def _json(value: types.Position | types.Range) -> dict[str, Any]:
