@@ -4,15 +4,25 @@ Prints, per model size and prompt length, prefill tokens/s (prompt / time to the
 and decode tokens/s (between the first and the last token, from a hook inside each generator)
 for transformers and model_runtime, the ratio, and whether the greedy tokens were identical.
 
+With `--whole PROMPT,NEW` (e.g. 600,64) it instead times whole requests as a user makes them
+(`generate` with a PROMPT-token prompt and NEW greedy tokens, the model already loaded) for
+transformers, model_runtime in fp32, and model_runtime with bf16 weights (AMX/avx512_bf16
+matmuls where the CPU has them; its tokens are compared with fp32's, not required equal), then
+prints model_runtime's per-decode-step operator profile (torch.profiler, mean of NEW steps).
+
 Usage: python bench/bench_runtime.py [--sizes tiny,mid] [--contexts 128,1024,2048] [--new 32] [--threads 2]
+       python bench/bench_runtime.py --sizes mid --whole 600,64
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import time
 from pathlib import Path
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads: see model_runtime/__init__
 
 import torch
 
@@ -96,6 +106,63 @@ def bench_size(name: str, cfg: ModelConfig, contexts: list[int], new: int, repea
     return rows
 
 
+def whole_requests(name: str, cfg: ModelConfig, prompt: int, new: int, repeats: int) -> None:
+    """Whole `generate` calls, best of `repeats`, interleaved so load changes hit all three alike."""
+    from transformers import GlmMoeDsaConfig, GlmMoeDsaForCausalLM
+
+    torch.manual_seed(0)
+    hf = GlmMoeDsaForCausalLM(GlmMoeDsaConfig(**cfg.to_dict())).eval()
+    hf.generation_config.eos_token_id = None
+    path = Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
+    hf.save_pretrained(path)
+    fp32, bf16 = load_model(path), load_model(path, dtype=torch.bfloat16)
+    ids = torch.randint(3, cfg.vocab_size, (prompt,), generator=torch.Generator().manual_seed(prompt))
+    runs = {
+        "transformers": lambda: hf.generate(ids[None], max_new_tokens=new, min_new_tokens=new, do_sample=False)[0, prompt:].tolist(),
+        "model_runtime fp32": lambda: fp32.generate(ids, max_new_tokens=new, stop_token_ids=()),
+        "model_runtime bf16 weights": lambda: bf16.generate(ids, max_new_tokens=new, stop_token_ids=()),
+    }
+    best, tokens = dict.fromkeys(runs, float("inf")), {}
+    with torch.no_grad():
+        for _ in range(repeats):
+            for label, run in runs.items():
+                start = time.perf_counter()
+                tokens[label] = run()
+                best[label] = min(best[label], time.perf_counter() - start)
+    ref = tokens["transformers"]
+    print(f"| model | request | implementation | whole request s | vs transformers | greedy tokens equal to transformers' |")
+    print("|---|---|---|---|---|---|")
+    for label, seconds in best.items():
+        same = next((i for i, (a, b) in enumerate(zip(tokens[label], ref)) if a != b), len(ref))
+        print(f"| {name} | {prompt} + {new} | {label} | {seconds:.2f} | {best['transformers'] / seconds:.2f}x | {same}/{len(ref)} |")
+    decode_profile(fp32, ids.tolist(), new)
+
+
+def decode_profile(loaded, ids: list[int], steps: int, rows: int = 15) -> None:
+    """model_runtime's operators per decode step (the prefill step excluded), by self CPU time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from model_runtime.api import GenerationRequest, SamplingParams
+    from model_runtime.config import EngineConfig
+    from model_runtime.engine import Engine
+
+    engine = Engine(loaded, EngineConfig(max_cache_tokens=4096))
+    engine.add(GenerationRequest("p", tuple(ids), SamplingParams(max_tokens=steps + 1, stop_token_ids=())))
+    engine.step()  # prefill (a 600-token prompt fits one step)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        while engine.scheduler.has_work:
+            engine.step()
+    events = prof.key_averages()
+    ops = sum(e.self_cpu_time_total for e in events) / steps / 1000
+    calls = sum(e.count for e in events if e.key.startswith("aten::")) / steps
+    matmuls = sum(e.count for e in events if e.key in ("aten::mm", "aten::bmm", "aten::addmm")) / steps
+    print(f"\nper decode step ({steps} steps, profiled): {ops:.1f} ms in operators, {calls:.0f} aten calls, {matmuls:.0f} matmuls")
+    print("| operator | calls/step | self ms/step |")
+    print("|---|---|---|")
+    for e in sorted(events, key=lambda e: -e.self_cpu_time_total)[:rows]:
+        print(f"| {e.key} | {e.count / steps:.1f} | {e.self_cpu_time_total / steps / 1000:.2f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", default="tiny,mid")
@@ -103,8 +170,14 @@ def main() -> None:
     parser.add_argument("--new", type=int, default=32)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--whole", help="PROMPT,NEW: whole-request times (and the decode profile) instead")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.whole:
+        prompt, new = (int(v) for v in args.whole.split(","))
+        for name in args.sizes.split(","):
+            whole_requests(name, SIZES[name], prompt, new, args.repeats)
+        return
     contexts = [int(c) for c in args.contexts.split(",")]
     print(f"| model | context | metric | transformers {__import__('transformers').__version__} | model_runtime | ratio | same greedy tokens |")
     print("|---|---|---|---|---|---|---|")

@@ -203,19 +203,19 @@ def _attend_chunk(
 
     When the chunk's queries share keys (prefill: neighbouring queries select mostly the same
     prefix), the union of their U slots is gathered once and each query weighs key u by how
-    often it lists it (scores + ln count: -inf for keys it does not list). Otherwise each query
-    gathers its own K rows. The shared form is used when U <= SHARED_UNION_FACTOR * K: a dense
+    often it lists it (scores + ln count: -inf for keys it does not list). Otherwise, and always
+    for a single query (decode: no union to share, so no sort), each query gathers its own K rows. The shared form is used when U <= SHARED_UNION_FACTOR * K: a dense
     matmul over U keys costs less than gathering K keys per query.
     """
     valid = (idx >= 0) & (idx < kv.shape[0])
     idx = idx.where(valid, 0)
-    slots, inverse = torch.unique(idx, return_inverse=True)
-    if slots.numel() <= SHARED_UNION_FACTOR * idx.shape[1]:
+    slots, inverse = torch.unique(idx, return_inverse=True) if idx.shape[0] > 1 else (idx, None)
+    if inverse is not None and slots.numel() <= SHARED_UNION_FACTOR * idx.shape[1]:
         keys = kv[slots].float()  # [U, D]
         counts = keys.new_zeros(idx.shape[0], slots.numel()).scatter_add_(1, inverse, valid.float())
         scores = torch.matmul(q.float(), keys.T).mul_(sm_scale).add_(counts.log_()[:, None, :])
         values = keys[:, :d_v]
-    else:
+    else:  # one query (decode) or disjoint lists: gather each query's own keys
         keys = kv[idx].float()  # [c, K, D]
         scores = torch.matmul(q.float(), keys.transpose(1, 2)).mul_(sm_scale)
         scores.masked_fill_(~valid[:, None, :], float("-inf"))

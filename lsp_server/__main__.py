@@ -14,12 +14,16 @@ import logging
 import sys
 from pathlib import Path
 
+from model_runtime.remote.config import RemoteConfig
+
 from .errors import ExpectedOutcomeFilter
 from .settings import DTYPES
 
 EPILOG = """\
 The model is the checkpoint directory given by --model, else initializationOptions.model,
-else the embedded default model.
+else the embedded default model. With --engine-url (or initializationOptions.engine) the model
+runs behind an OpenAI-compatible endpoint instead (glm5-serve, vLLM, SGLang); --model then
+names the directory of its tokenizer (else the endpoint's /tokenize is used).
 
 headless use:
   lsp_server complete FILE:LINE:COL [--workspace DIR] [--model DIR] [--max-tokens N]
@@ -50,6 +54,8 @@ def _add_common(parser: argparse.ArgumentParser, inherit: bool = False) -> None:
         "--mtp", action="store_true", default=default(False),
         help="decode greedy requests speculatively with the model's MTP layer (identical output)",
     )
+    parser.add_argument("--engine-url", metavar="URL", default=default(None), help="use the OpenAI-compatible engine at URL (glm5-serve, vLLM, SGLang)")
+    parser.add_argument("--engine-api-key-env", metavar="VAR", default=default(None), help="environment variable holding the engine's API key")
     parser.add_argument("--log-file", metavar="PATH", default=default(None), help="write the log here (default: stderr)")
     parser.add_argument(
         "--log-level", default=default("WARNING"), choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="default: WARNING"
@@ -91,6 +97,7 @@ def setup_logging(log_file: str | None, level: str) -> None:
     if level != "DEBUG":  # pygls logs every message body at INFO
         logging.getLogger("pygls").setLevel(max(logging.WARNING, logging.getLevelName(level)))
     logging.getLogger("watchdog").setLevel(logging.WARNING)  # one line per inotify event otherwise
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request to a remote engine otherwise
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,7 +109,12 @@ def main(argv: list[str] | None = None) -> int:
         return run_complete(args)
     from .server import build_server
 
-    server = build_server(model=args.model, device=args.device, dtype=args.dtype, mtp=args.mtp)
+    try:
+        engine = RemoteConfig(args.engine_url, api_key_env=args.engine_api_key_env) if args.engine_url else None
+    except ValueError as exc:
+        print(f"lsp_server: error: {exc}", file=sys.stderr)
+        return 2
+    server = build_server(model=args.model, device=args.device, dtype=args.dtype, mtp=args.mtp, engine_url=engine)
     if args.tcp:
         server.start_tcp(*args.tcp)
     else:

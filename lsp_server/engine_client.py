@@ -15,6 +15,9 @@ Invariants:
 - torch is imported only by the loader, on a worker thread, when the first model is needed:
   importing this module never imports torch.
 - One model at a time: concurrent `load` calls share a single load.
+- Start-up order: once start-up announced a persistent KV store (`expect_store`), `generate`
+  waits for it to be bound (at most `store_wait_s`), so the first completion after a restart
+  reuses the blocks a previous session persisted instead of racing the binding.
 """
 
 from __future__ import annotations
@@ -24,13 +27,16 @@ import enum
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from model_runtime.api import (
+    ContinuationScore,
     EngineProtocol,
     EngineStats,
     FinishReason,
     GenerationRequest,
     GenerationResult,
+    ScoreRequest,
     StreamEvent,
     WarmupReport,
 )
@@ -39,9 +45,13 @@ from model_runtime.tokenizer import GlmTokenizer
 from .errors import GenerationFailed, ModelUnavailable
 from .tokens import SafeTokenizer
 
+if TYPE_CHECKING:
+    from model_runtime.remote.config import RemoteConfig
+
 log = logging.getLogger(__name__)
 
 WAIT_S = 600.0  # the longest a generation is awaited (the engine answers every request; this bounds a bug)
+STORE_WAIT_S = 10.0  # the longest a completion waits for the persistent KV store during start-up
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,11 +75,13 @@ class RuntimeOptions:
     """How the runtime runs the model: its device, the weights' dtype (`auto`: float32 on the CPU,
     exact and the fast path for small models there; bfloat16 on an accelerator), and whether
     greedy requests decode speculatively with the MTP layer (same output; pays off where
-    verifying two tokens costs about one step, i.e. not on a small CPU)."""
+    verifying two tokens costs about one step, i.e. not on a small CPU). With `remote`, the
+    model runs behind an OpenAI-compatible endpoint instead (`model_runtime.remote`)."""
 
     device: str = "cpu"
     dtype: str = "auto"
     mtp: bool = False
+    remote: RemoteConfig | None = None
 
     def resolved_dtype(self) -> str:
         if self.dtype != "auto":
@@ -81,7 +93,10 @@ ModelLoader = Callable[[str, RuntimeOptions], ModelHandle]  # (checkpoint dir, r
 
 
 def load_runtime(path: str, runtime: RuntimeOptions) -> ModelHandle:
-    """Load a checkpoint into the in-process runtime (imports torch; call off the event loop)."""
+    """Load a checkpoint into the in-process runtime (imports torch; call off the event loop),
+    or connect to the remote engine of `runtime.remote` (no torch; `path`: its tokenizer, or "")."""
+    if runtime.remote is not None:
+        return load_remote(path, runtime.remote)
     from model_runtime import load_model
     from model_runtime.config import EngineConfig
 
@@ -90,6 +105,14 @@ def load_runtime(path: str, runtime: RuntimeOptions) -> ModelHandle:
         raise ValueError(f"{path}: the checkpoint has no usable tokenizer.json")
     engine = loaded.engine(EngineConfig(use_mtp=runtime.mtp))
     return ModelHandle(engine, loaded.tokenizer, path, loaded.config.max_position_embeddings)
+
+
+def load_remote(path: str, config: RemoteConfig) -> ModelHandle:
+    """Connect to an OpenAI-compatible engine; the tokenizer from `path` if given, else its /tokenize."""
+    from model_runtime.remote.connect import connect
+
+    remote = connect(config, path or None)
+    return ModelHandle(remote.engine, remote.tokenizer, config.base_url, remote.context_length)
 
 
 def embedded_model_path() -> str | None:
@@ -119,6 +142,8 @@ class EngineClient:
         self._loading: asyncio.Future[ModelHandle] | None = None
         self._unsubmitted: set[str] = set()  # ids in `generate` that the engine has not seen yet
         self._aborted_early: set[str] = set()  # of those, the ones aborted meanwhile
+        self._store: asyncio.Event | None = None  # set when the announced KV store is bound (or failed)
+        self.store_wait_s = STORE_WAIT_S
         self._closed = False
         self.state = ModelState.UNLOADED
         self.error: str | None = None
@@ -163,7 +188,7 @@ class EngineClient:
             return self._loader(path, runtime).safe()
         except Exception as exc:
             log.exception("model load failed: %s", path)
-            raise ModelUnavailable(f"cannot load model from {path}: {exc}") from exc
+            raise ModelUnavailable(f"cannot load model from {path or 'the remote engine'}: {exc}") from exc
 
     async def ready(self) -> ModelHandle:
         """The loaded model; waits for a load in progress. Raises ModelUnavailable otherwise."""
@@ -185,6 +210,7 @@ class EngineClient:
         self._unsubmitted.add(rid)
         try:
             handle = await self.ready()
+            await self._store_bound()
         finally:
             self._unsubmitted.discard(rid)
         if rid in self._aborted_early:
@@ -219,6 +245,20 @@ class EngineClient:
             raise GenerationFailed(f"generation failed: {result.error or 'unknown engine error'}")
         return result
 
+    async def score(self, request: ScoreRequest, timeout: float = 30.0) -> list[ContinuationScore]:
+        """Score continuations of one prompt (off the loop). An engine failure or timeout becomes
+        `GenerationFailed`; an engine without scoring raises NotImplementedError."""
+        handle = await self.ready()
+        score = getattr(handle.engine, "score", None)
+        if score is None:
+            raise NotImplementedError(f"this engine ({type(handle.engine).__name__}) does not score continuations")
+        try:
+            return await asyncio.to_thread(score, request, timeout)
+        except NotImplementedError:
+            raise
+        except (RuntimeError, TimeoutError, ValueError) as exc:
+            raise GenerationFailed(f"scoring {request.request_id} failed: {exc}") from exc
+
     def abort(self, request_id: str) -> None:
         """Stop a request early (its `generate` returns the text so far, reason ABORT), also one
         that is still waiting for the model."""
@@ -232,7 +272,8 @@ class EngineClient:
     ) -> WarmupReport:
         """Run the engine's warm-up off the loop; `progress` is called on the loop.
 
-        Its forwards are low-priority engine requests: completions made meanwhile run first.
+        Its forwards are low-priority engine requests: completions made meanwhile run first, and
+        it starts no new one while a completion waits or runs.
         """
         handle = await self.ready()
         loop = asyncio.get_running_loop()
@@ -250,11 +291,29 @@ class EngineClient:
         """The engine's KV cache counters (off the loop: the engine answers between steps)."""
         return await asyncio.to_thread(self._handle.engine.cache_stats) if self._handle is not None else {}
 
+    def expect_store(self) -> None:
+        """From now on `generate` waits (bounded) for the next `open_workspace` to finish."""
+        if self._store is None or self._store.is_set():
+            self._store = asyncio.Event()
+
+    async def _store_bound(self) -> None:
+        if self._store is None or self._store.is_set():
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(self._store.wait()), self.store_wait_s)
+        except TimeoutError:
+            log.warning("the KV store was not bound within %.1f s; completing without it", self.store_wait_s)
+
     async def open_workspace(self, roots: list[str]) -> str | None:
-        """Bind the engine's persistent KV store to these roots (off the loop); None without a model."""
-        if self._handle is None:
-            return None
-        return await asyncio.to_thread(self._handle.engine.open_workspace, roots)
+        """Bind the engine's persistent KV store to these roots (off the loop); None without a model.
+        Ends the wait of `expect_store`, whether or not binding succeeded."""
+        try:
+            if self._handle is None:
+                return None
+            return await asyncio.to_thread(self._handle.engine.open_workspace, roots)
+        finally:
+            if self._store is not None:
+                self._store.set()
 
     async def prefill(self, prompt_ids: list[int]) -> GenerationResult | None:
         """Fill the KV cache with a stable prompt prefix, without generating (off the loop)."""

@@ -24,6 +24,7 @@ from context.index import WorkspaceIndex
 from context.languages import language_for
 from context.positions import Position, utf16_length
 from model_runtime.api import FinishReason, GenerationRequest, GenerationResult, StreamEvent
+from model_runtime.remote.config import RemoteConfig
 
 from . import pipeline
 from .engine_client import RuntimeOptions, embedded_model_path, load_runtime
@@ -76,10 +77,11 @@ def run_complete(args: argparse.Namespace) -> int:
         text = read_source(path)
         if args.max_tokens is not None and not 1 <= args.max_tokens <= 4096:
             raise UsageError(f"--max-tokens must be in 1..4096, got {args.max_tokens}")
-        model = args.model or embedded_model_path()
+        remote = RemoteConfig(args.engine_url, api_key_env=args.engine_api_key_env) if args.engine_url else None
+        model = args.model or ("" if remote else embedded_model_path())
         if model is None:
             raise UsageError("no model: give --model DIR (no embedded default model is installed)")
-    except UsageError as exc:
+    except (UsageError, ValueError) as exc:
         print(f"lsp_server complete: {exc}", file=sys.stderr)
         return 2
     settings = ServerSettings()
@@ -92,9 +94,9 @@ def run_complete(args: argparse.Namespace) -> int:
     index = WorkspaceIndex([root])
     index.build(None)
     try:
-        handle = load_runtime(model, RuntimeOptions(args.device or settings.device, args.dtype or settings.dtype, args.mtp or settings.mtp)).safe()
+        handle = load_runtime(model, RuntimeOptions(args.device or settings.device, args.dtype or settings.dtype, args.mtp or settings.mtp, remote)).safe()
     except Exception as exc:
-        print(f"lsp_server complete: cannot load model from {model}: {exc}", file=sys.stderr)
+        print(f"lsp_server complete: cannot load model from {remote.base_url if remote else model}: {exc}", file=sys.stderr)
         return 2
     try:
         return _generate(handle, document, lsp_position(document, line, column), settings, index, started)

@@ -29,6 +29,8 @@ from .settings import ServerSettings
 
 RECENT_EDITS = 16
 MAX_LINE_CHARS = 20_000  # a longer line at the cursor is minified or generated text: no completion there
+BLOCK_OPENERS = (":", "{", "(", "[", "=>", "\\")
+MULTILINE_MIN_CONFIDENCE = 0.05  # past its first line, a block stops where the model is this unsure
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,11 +51,28 @@ class Prepared:
 
 
 def completion_kind(snapshot: DocumentSnapshot, position: Position, multiline: str) -> CompletionKind:
-    """The syntax tree's decision, overridden by the `multiline` setting (never/always)."""
+    """The syntax tree's decision, overridden by the `multiline` setting (never/always). With
+    "auto", a block is only proposed where one starts: an empty line inside a block's body
+    (not after an opener, not indented deeper than the line before) gets a single line, since
+    text past it is rarely accepted and costs decode time."""
     kind = classify(snapshot, position)
-    if kind is CompletionKind.EMPTY or multiline == "auto":
+    if kind is CompletionKind.EMPTY:
         return kind
+    if multiline == "auto":
+        return CompletionKind.SINGLE_LINE if kind is CompletionKind.MULTI_LINE and not _block_starts(snapshot, position) else kind
     return CompletionKind.MULTI_LINE if multiline == "always" else CompletionKind.SINGLE_LINE
+
+
+def _block_starts(snapshot: DocumentSnapshot, position: Position) -> bool:
+    """Whether a block may start at `position`: the line is not empty (the classifier saw an
+    opener), or the previous non-blank line opens a block, or this line is indented deeper."""
+    line = snapshot.line(position.line)
+    if line.strip():
+        return True
+    previous = next((snapshot.line(n) for n in range(position.line - 1, -1, -1) if snapshot.line(n).strip()), None)
+    if previous is None:
+        return True  # an empty file, or only blank lines above: new code
+    return previous.rstrip().endswith(BLOCK_OPENERS) or position.character > len(previous) - len(previous.lstrip())
 
 
 def sampling_for(kind: CompletionKind, settings: ServerSettings, seed: int | None = None) -> SamplingParams:
@@ -63,6 +82,8 @@ def sampling_for(kind: CompletionKind, settings: ServerSettings, seed: int | Non
         temperature=settings.temperature,
         seed=seed,
         stop_strings=("\n",) if single else (),
+        max_decode_ms=settings.max_decode_ms,
+        min_confidence=0.0 if single else MULTILINE_MIN_CONFIDENCE,
     )
 
 

@@ -29,6 +29,7 @@ from context.edits import RecentEdits
 from context.index import WorkspaceIndex
 from context.positions import Position
 from lsprotocol import types
+from model_runtime.remote.config import RemoteConfig
 from pygls.lsp.server import LanguageServer
 
 from . import __version__, pipeline
@@ -53,7 +54,7 @@ log = logging.getLogger(__name__)
 class Glm5Server(LanguageServer):
     def __init__(
         self, loader: ModelLoader = load_runtime, model: str | None = None, device: str | None = None, dtype: str | None = None,
-        mtp: bool = False,
+        mtp: bool = False, engine_url: RemoteConfig | None = None,
     ) -> None:
         super().__init__(
             name="glm5-lsp",
@@ -65,6 +66,7 @@ class Glm5Server(LanguageServer):
         self.cli_device = device
         self.cli_dtype = dtype
         self.cli_mtp = mtp
+        self.cli_engine = engine_url
         self.settings = ServerSettings()
         self.state = WorkspaceState()
         self.engine = EngineClient(loader)
@@ -87,6 +89,7 @@ class Glm5Server(LanguageServer):
     def runtime_options(self) -> RuntimeOptions:
         return RuntimeOptions(
             self.cli_device or self.settings.device, self.cli_dtype or self.settings.dtype, self.cli_mtp or self.settings.mtp,
+            self.cli_engine or self.settings.engine,
         )
 
     # ---- read-only views of the workspace state ----------------------------------------------
@@ -193,10 +196,10 @@ class Glm5Server(LanguageServer):
 
 def build_server(
     model: str | None = None, device: str | None = None, loader: ModelLoader = load_runtime, dtype: str | None = None,
-    mtp: bool = False,
+    mtp: bool = False, engine_url: RemoteConfig | None = None,
 ) -> Glm5Server:
     from .features import register_all
 
-    server = Glm5Server(loader=loader, model=model, device=device, dtype=dtype, mtp=mtp)
+    server = Glm5Server(loader=loader, model=model, device=device, dtype=dtype, mtp=mtp, engine_url=engine_url)
     register_all(server)
     return server

@@ -7,6 +7,8 @@ Role: one frozen `ServerSettings` value; every change makes a new one. The keys 
     streaming             send `glm5/inlineCompletionProgress` notifications (bool)
     maxTokens             token cap of a multi-line completion
     singleLineMaxTokens   token cap of a single-line completion
+    maxDecodeMs           latency budget of decoding one completion, from its first token (like
+                          llama.vim's t_max_predict_ms); 0 = none
     temperature           sampling temperature, 0 = greedy
     multiline             "auto" (from the syntax tree) | "always" | "never"
     debounceMs            wait before an automatically triggered completion starts (cancel-previous
@@ -21,6 +23,10 @@ Role: one frozen `ServerSettings` value; every change makes a new one. The keys 
     dtype                 weights' dtype in the runtime: auto (float32 on the CPU, bfloat16 elsewhere),
                           float32, bfloat16 or float16
     mtp                   speculative decoding of greedy requests with the model's MTP layer
+    engine                a remote OpenAI-compatible engine instead of the in-process one (start-up only):
+                          a URL, or {url, model, apiKeyEnv, caBundle, timeoutMs, maxConcurrency,
+                          promptFormat} (`model_runtime.remote.config`); `model` then only names
+                          the directory of the tokenizer (else the engine's /tokenize is used)
 
 Invariants: parsing never raises. A key with a bad value keeps its previous value and yields a
 problem message naming the key, the value and what was expected (the server shows it to the
@@ -34,6 +40,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from model_runtime.remote.config import RemoteConfig
+
 log = logging.getLogger(__name__)
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -45,6 +53,7 @@ class ServerSettings:
     streaming: bool = False
     max_tokens: int = 96
     single_line_max_tokens: int = 32
+    max_decode_ms: int = 200
     temperature: float = 0.0
     multiline: str = "auto"
     debounce_ms: int = 25
@@ -57,6 +66,7 @@ class ServerSettings:
     device: str = "cpu"
     dtype: str = "auto"
     mtp: bool = False
+    engine: RemoteConfig | None = None
 
 
 def _snake(key: str) -> str:
@@ -72,6 +82,7 @@ _CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "streaming": (lambda v: isinstance(v, bool), "true or false"),
     "max_tokens": (lambda v: _is_int(v) and 1 <= v <= 4096, "an integer in 1..4096"),
     "single_line_max_tokens": (lambda v: _is_int(v) and 1 <= v <= 1024, "an integer in 1..1024"),
+    "max_decode_ms": (lambda v: _is_int(v) and 0 <= v <= 60_000, "an integer in 0..60000"),
     "temperature": (
         lambda v: isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= 2,
         "a number in 0..2",
@@ -87,6 +98,7 @@ _CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "device": (lambda v: isinstance(v, str) and v != "", "a torch device name"),
     "dtype": (lambda v: v in DTYPES, "one of " + ", ".join(DTYPES)),
     "mtp": (lambda v: isinstance(v, bool), "true or false"),
+    "engine": (lambda v: v is None or isinstance(v, str | Mapping), "a URL or an object {url, model, apiKeyEnv, ...}"),
 }
 
 _FIELDS = frozenset(f.name for f in fields(ServerSettings))
@@ -109,6 +121,12 @@ def parse_settings(raw: Any, base: ServerSettings) -> tuple[ServerSettings, list
         if not check(value):
             problems.append(f"setting {key!r}: expected {expected}, got {value!r} (kept {getattr(base, name)!r})")
             continue
+        if name == "engine" and value is not None:
+            try:
+                value = RemoteConfig.from_options(value)
+            except ValueError as exc:
+                problems.append(f"setting {key!r}: {exc} (kept {getattr(base, name)!r})")
+                continue
         changes[name] = float(value) if name == "temperature" else value
     return replace(base, **changes), problems
 

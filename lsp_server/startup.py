@@ -1,13 +1,16 @@
 """Background start-up after `initialized`: index the workspace, load the model, warm it up.
 
 Role: runs as one task so the server answers requests meanwhile. Indexing and model loading
-run in parallel on worker threads; the engine's persistent KV store is bound to the workspace
-(blocks cached by an earlier session are reused); then `engine.warmup` runs forwards over
+run in parallel on worker threads; as soon as the model is loaded the engine's persistent KV
+store is bound to the workspace (blocks cached by an earlier session are reused), before any
+completion runs: completions arriving meanwhile wait for it (bounded); then `engine.warmup` runs forwards over
 representative workspace text (the most-imported definitions and the open files), the stable
 start of each open file's prompt is prefilled, and one completion goes through the whole
 pipeline (prompt builder, engine, post-processing) so the first real completion finds every
 code path and the prompt's stable prefix already warm.
-Each phase is shown with work-done progress; `glm5/status` says warming -> ready (or error).
+Each phase is shown with work-done progress; `glm5/status` says warming -> ready (or error);
+each phase's duration (load, index, store, warmup, and ready since `initialized`) is in
+`glm5.stats` under `startup_ms`.
 
 Invariants: a failing phase is reported (status "error" with the reason, and a message to the
 user) and never stops the server; completions waiting for the model then get the error.
@@ -45,7 +48,10 @@ PREFILL_FILES = 4
 
 
 def locate_model(ls: Glm5Server) -> str | None:
-    """--model, else initializationOptions.model, else the embedded default (worker thread)."""
+    """--model, else initializationOptions.model, else the embedded default (worker thread).
+    With a remote engine: the model directory for its tokenizer, else "" (the engine's /tokenize)."""
+    if ls.runtime_options.remote is not None:
+        return ls.model_path or ""
     return ls.model_path or embedded_model_path()
 
 
@@ -64,16 +70,30 @@ async def run_start_up(ls: Glm5Server) -> None:
 async def start_up(ls: Glm5Server) -> None:
     """The start-up sequence; the model load must already have been started (`initialized`)."""
     send_status(ls, "warming", "indexing the workspace and loading the model", 0.0)
-    model = asyncio.ensure_future(load_model(ls))
-    await build_index(ls, ls.roots)
+    started = ls.stats.startup_began()
+    ls.engine.expect_store()  # completions from now on wait (bounded) for the persisted KV store
+    model = asyncio.ensure_future(load_and_bind(ls))
+    with ls.stats.phase("index"):
+        await build_index(ls, ls.roots)
     handle = await model
     if handle is None:
         return
-    await open_kv_store(ls)
     if ls.settings.warmup:
-        await warm_up(ls)
+        with ls.stats.phase("warmup"):
+            await warm_up(ls)
     send_status(ls, "ready", f"model {handle.path}")
+    ls.stats.startup_ended(started)
     ls.announced_ready = True
+
+
+async def load_and_bind(ls: Glm5Server) -> ModelHandle | None:
+    """Load the model, then bind the persistent KV store at once: it needs only the roots, not
+    the index, and must be bound before the first completion runs (or that one prefills all)."""
+    with ls.stats.phase("load"):
+        handle = await load_model(ls)
+    with ls.stats.phase("store"):
+        await open_kv_store(ls)  # also ends the wait of `expect_store` when loading failed
+    return handle
 
 
 async def build_index(ls: Glm5Server, roots: list[Path]) -> None:

@@ -11,7 +11,10 @@ over those records with the nearest-rank method.
 from __future__ import annotations
 
 import math
+import time
 from collections import Counter, deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
 
@@ -42,6 +45,23 @@ class ServerStats:
         self.outcomes: Counter[str] = Counter()
         self.telemetry: Counter[str] = Counter()
         self.telemetry_ids: dict[str, deque[str]] = {e: deque(maxlen=keep) for e in TELEMETRY_EVENTS}
+        self.startup_ms: dict[str, float] = {}  # start-up phase -> milliseconds
+
+    def startup_began(self) -> float:
+        self.startup_ms.clear()
+        return time.perf_counter()
+
+    def startup_ended(self, began: float) -> None:
+        self.startup_ms["ready"] = round((time.perf_counter() - began) * 1000, 1)
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Time one start-up phase (recorded even when it fails)."""
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.startup_ms[name] = round((time.perf_counter() - began) * 1000, 1)
 
     def record(self, record: RequestRecord) -> None:
         self.records.append(record)
@@ -72,6 +92,7 @@ class ServerStats:
                 "prefilled_tokens": sum(r.prefilled_tokens for r in engine),
                 "decode_steps": sum(r.decode_steps for r in engine),
             },
+            "startup_ms": dict(self.startup_ms),
             "recent": [asdict(r) for r in list(self.records)[-recent:]] if recent > 0 else [],
         }
 

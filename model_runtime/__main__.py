@@ -1,4 +1,5 @@
 """`python -m model_runtime generate --model DIR --prompt TEXT`: stream a completion to stdout.
+`python -m model_runtime serve ...`: the shared model daemon (`glm5-serve`, see `serve.cli`).
 
 Role: a thin command line over `load_model` + `LoadedModel.generate` for trying a checkpoint.
 Invariant: errors are one line on stderr and a non-zero exit status, never a bare traceback.
@@ -14,8 +15,14 @@ DTYPES = ("float32", "bfloat16", "float16")
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["serve"]:
+        from model_runtime.serve.cli import main as serve
+
+        return serve(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m model_runtime", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("serve", help="the shared model daemon over an OpenAI-compatible API (see serve --help)", add_help=False)
     gen = sub.add_parser("generate", help="stream a completion of --prompt")
     gen.add_argument("--model", help="checkpoint directory (default: the embedded model)")
     gen.add_argument("--prompt", required=True, help="prompt text (use @FILE to read a file)")

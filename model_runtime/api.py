@@ -20,8 +20,8 @@ from typing import Protocol
 class FinishReason(str, Enum):
     """Why a generation ended."""
 
-    STOP = "stop"  # a stop token or stop string was produced
-    LENGTH = "length"  # max_tokens reached
+    STOP = "stop"  # a stop token or stop string was produced, or confidence collapsed
+    LENGTH = "length"  # max_tokens reached, or the decode budget (`max_decode_ms`) spent
     ABORT = "abort"  # aborted by the caller (cancel, stale document, newer request)
     ERROR = "error"  # the engine failed on this request; see `GenerationResult.error`
 
@@ -37,6 +37,8 @@ class SamplingParams:
     seed: int | None = None
     stop_token_ids: tuple[int, ...] = ()  # added to the tokenizer's eos ids
     stop_strings: tuple[str, ...] = ()  # generation ends *before* the first occurrence
+    max_decode_ms: float = 0.0  # latency budget of decoding, from the first token; 0 = none
+    min_confidence: float = 0.0  # once a line is complete, stop before a token less likely than this
 
     def __post_init__(self) -> None:
         if self.max_tokens < 0:
@@ -47,6 +49,55 @@ class SamplingParams:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+        if self.max_decode_ms < 0:
+            raise ValueError(f"max_decode_ms must be >= 0, got {self.max_decode_ms}")
+        if not 0 <= self.min_confidence < 1:
+            raise ValueError(f"min_confidence must be in [0, 1), got {self.min_confidence}")
+
+
+@dataclass(frozen=True, slots=True)
+class MemberScope:
+    """After `qualifier.` (e.g. `geometry.` or `self.` or `p.`) only these member names are legal."""
+
+    qualifier: str
+    members: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ConstraintSpec:
+    """A decode-time monitor built from the IDE state (by context/), applied by the engine as a
+    token mask at every decode step. Language-aware but tokenizer-agnostic: it speaks characters."""
+
+    language: str = "python"
+    # token healing: the prompt ids were backed off to a token boundary; the output must begin
+    # with exactly these characters. The engine strips them from GenerationResult.text / StreamEvent.text.
+    heal_prefix: str = ""
+    single_line: bool = False  # the output ends at the first newline (the newline is not output)
+    # brackets open before the cursor on this statement, innermost last, e.g. "([": the output
+    # may close these, and must keep its own balanced
+    open_brackets: str = ""
+    member_scopes: tuple[MemberScope, ...] = ()
+    # identifiers legal in a *use* position (in scope, imported, builtins, workspace names
+    # reachable by import; keywords are always legal). None = no identifier check. New bindings
+    # (left of `=`, after def/class/for/as/import/lambda/global, parameters, keyword-argument
+    # names) are always legal.
+    defined_names: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        bad = set(self.open_brackets) - set("([{")
+        if bad:
+            raise ValueError(f"open_brackets may hold only '(', '[' and '{{', got {sorted(bad)}")
+
+
+@dataclass(frozen=True, slots=True)
+class ConstraintReport:
+    """What the monitor did for one request (for glm5.explainContext and benchmarks)."""
+
+    steps: int = 0  # decode steps where the constraint was active
+    masked_steps: int = 0  # steps where the mask removed the model's own top choice
+    released: bool = False  # it found nothing legal once and released itself
+    fired: tuple[str, ...] = ()  # rules that removed a top choice: "member", "undefined", "bracket", "heal", "line"
+    mask_ms: float = 0.0  # total time spent building/applying masks
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +108,26 @@ class GenerationRequest:
     prompt_ids: tuple[int, ...]
     sampling: SamplingParams = field(default_factory=SamplingParams)
     priority: int = 0  # higher runs first when the scheduler must choose
+    constraint: ConstraintSpec | None = None
+    # >1: n-best (beam search when greedy, diverse sampling otherwise), batched in one engine
+    # call sharing the prompt's KV blocks
+    num_candidates: int = 1
+    record_attention: bool = False  # fill `GenerationResult.attention` (costs a little per step)
+
+    def __post_init__(self) -> None:
+        if self.num_candidates < 1:
+            raise ValueError(f"num_candidates must be >= 1, got {self.num_candidates}")
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionRecord:
+    """What the model looked at for one request (see `model_runtime.attention_record`)."""
+
+    selections: tuple[int, ...]  # per prompt token: DSA selections by generating queries, over layers and steps
+    queries: int  # generating query rows counted (the last prompt position, then one per decode step)
+    layers: int
+    index_topk: int
+    expert_load: tuple[tuple[int, ...], ...]  # per layer: tokens routed to each expert; () for dense-MLP layers
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +139,16 @@ class StreamEvent:
     text: str  # the whole decoded text so far (stop strings cut off, unfinished tails held back)
     finished: bool = False
     finish_reason: FinishReason | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One of a request's n-best outputs."""
+
+    text: str  # heal prefix stripped, like GenerationResult.text
+    token_ids: tuple[int, ...]
+    logprob: float  # sum of log-probabilities of token_ids under the prompt (unconstrained distribution)
+    finish_reason: FinishReason
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +166,29 @@ class GenerationResult:
     first_token_s: float | None = None  # seconds from submit to the first new token
     total_s: float = 0.0
     error: str | None = None
+    candidates: tuple[Candidate, ...] = ()  # n-best, best first (also filled when num_candidates == 1)
+    constraint: ConstraintReport | None = None
+    attention: AttentionRecord | None = None  # when the request set `record_attention`
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreRequest:
+    """Score continuations of one prompt in one batched forward over the shared prefix."""
+
+    request_id: str
+    prompt_ids: tuple[int, ...]
+    continuations: tuple[tuple[int, ...], ...]
+
+    def __post_init__(self) -> None:
+        if not self.prompt_ids:
+            raise ValueError("a ScoreRequest needs a non-empty prompt")
+
+
+@dataclass(frozen=True, slots=True)
+class ContinuationScore:
+    logprob: float  # sum of log p(token | prompt, earlier tokens)
+    num_tokens: int
+    token_logprobs: tuple[float, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,5 +258,10 @@ class EngineProtocol(Protocol):
         ...
 
     def cache_stats(self) -> dict[str, int]: ...
+
+    def score(self, request: ScoreRequest, timeout: float = 30.0) -> list[ContinuationScore]:
+        """Blocking (never on the engine thread); same order as request.continuations; raises
+        TimeoutError / RuntimeError with a clear message (NotImplementedError where unsupported)."""
+        ...
 
     def shutdown(self) -> None: ...

@@ -268,6 +268,26 @@ class BlockManager:
             self.blocks[table[full]].token_ids = tuple(token_ids[full * bs :])
             self._succeed(table[full], hashes[full - 1] if full else ROOT_HASH)
 
+    def fork(self, table: list[int], num_tokens: int) -> list[int]:
+        """A new table for a sequence that shares `table`'s first `num_tokens` tokens and then
+        diverges: it references the blocks full within them and gets a private copy of the
+        block holding the rest (copy-on-write), so neither sequence writes a shared block."""
+        full = num_tokens // self.block_size
+        child = []
+        for block_id in table[:full]:
+            self._take(block_id)
+            child.append(block_id)
+        if num_tokens % self.block_size:
+            try:
+                private = self._fresh()
+            except CacheFullError:
+                self.release(child)
+                raise
+            if self.cache is not None:
+                self.cache.copy_block(table[full], private)
+            child.append(private)
+        return child
+
     def truncate(self, table: list[int], hashes: list[bytes], num_tokens: int) -> None:
         """Roll a sequence back to its first `num_tokens` tokens (rejected speculative tokens)."""
         keep = self.blocks_needed(num_tokens)

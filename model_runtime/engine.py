@@ -9,6 +9,8 @@ Invariants:
   it through `self._commands`; callbacks run on the engine thread.
 - An abort takes effect before the next step: an aborted request never decodes again and its
   cache blocks are released at once.
+- A request with a decode budget (`SamplingParams.max_decode_ms`) decodes at most one step past
+  it (`latency`); one with `min_confidence` stops where the model's confidence collapses.
 - With `use_mtp`, greedy output is identical to plain greedy decoding: drafts from the MTP
   layer are only kept when the main model's own argmax agrees.
 - The thread is supervised: an exception while scheduling or in one request's bookkeeping
@@ -20,6 +22,9 @@ Invariants:
 - KV blocks evicted from the device pool go to host RAM, then to the workspace's disk store
   once `open_workspace` bound one (`model_runtime.kvstore`); after `IDLE_PERSIST_S` without work
   the engine thread writes unsaved blocks to disk in small batches, and `shutdown` writes the rest.
+- Token picks, their log-probabilities and each request's final result go through
+  `model_runtime.steering` (constraint monitors, n-best branches); a plain request picks exactly
+  as the sampler does, and constrained or n-best requests get no MTP drafts.
 """
 
 from __future__ import annotations
@@ -35,17 +40,20 @@ from typing import TYPE_CHECKING
 import torch
 
 from model_runtime.api import (
-    DoneCallback, EngineStats, EventCallback, FinishReason, GenerationRequest, GenerationResult,
-    ProgressCallback, SamplingParams, StreamEvent, WarmupReport,
+    ContinuationScore, DoneCallback, EngineStats, EventCallback, FinishReason, GenerationRequest, GenerationResult,
+    ProgressCallback, SamplingParams, ScoreRequest, StreamEvent, WarmupReport,
 )
+from model_runtime.attention_record import RequestRecord, StepRecorder
 from model_runtime.cache import BlockManager, KVCache
 from model_runtime.config import EngineConfig
 from model_runtime.kvstore.paths import store_dir
 from model_runtime.kvstore.tiers import CacheTiers
+from model_runtime.latency import budget_spent, confidence_collapsed
 from model_runtime.model_runner import Feed, ModelRunner, StepOutput
-from model_runtime.sampler import sample
 from model_runtime.scheduler import Scheduler, Step
+from model_runtime.scoring import score_continuations
 from model_runtime.sequence import Sequence, SequenceStatus
+from model_runtime.steering import Steering
 from model_runtime.text import TextState
 
 if TYPE_CHECKING:
@@ -84,8 +92,11 @@ class Engine:
         self._counters = dict.fromkeys(EngineStats.__dataclass_fields__, 0)
         self._texts: dict[str, TextState] = {}
         self._prefill_only: set[str] = set()
+        self._records: dict[str, RequestRecord] = {}  # requests with `record_attention`
         self._prefill_ids = itertools.count()
         self._busy_at = 0.0
+        self.clock: Callable[[], float] = time.perf_counter  # decode budgets and first-token times
+        self._steer = Steering(self)
 
     # ---- thread-safe API ------------------------------------------------------------------
     def start(self) -> Engine:
@@ -168,6 +179,13 @@ class Engine:
 
     def cache_stats(self) -> dict[str, int]:
         return self.call(self.tiers.stats)
+
+    def score(self, request: ScoreRequest, timeout: float = 30.0) -> list[ContinuationScore]:
+        """Log-probabilities of each continuation after the prompt, in one batched forward over
+        the prompt's shared KV blocks (`model_runtime.scoring`); same order as the request."""
+        if self._thread is not None and threading.current_thread() is self._thread:
+            raise RuntimeError("score waits for the engine thread, so it cannot run on it")
+        return self.call(lambda: score_continuations(self, request), timeout)
 
     def prefill(self, prompt_ids: Iterable[int], timeout: float = WAIT_S) -> GenerationResult:
         """Only fill the KV cache with `prompt_ids` (nothing is sampled), at low priority, and wait
@@ -297,7 +315,13 @@ class Engine:
         if request.sampling.max_tokens == 0:
             self._finish(seq, FinishReason.LENGTH)
             return seq
-        self._texts[seq.request_id] = TextState(self.loaded.tokenizer, request.sampling.stop_strings)
+        error = self._steer.prepare(seq)
+        if error is not None:
+            self._fail(seq, error)
+            return seq
+        self._texts[seq.request_id] = self._steer.text_state(request)
+        if request.record_attention:
+            self._records[seq.request_id] = RequestRecord(self.loaded.config, seq.prompt_len)
         self.scheduler.add(seq)
         return seq
 
@@ -308,7 +332,7 @@ class Engine:
         self._busy_at = time.monotonic()
         feeds = [self._feed(s, n, step.is_prefill) for s, n in zip(step.seqs, step.num_tokens)]
         try:
-            out = self.runner.run(feeds)
+            out = self.runner.run(feeds, self._recorder(step.seqs, feeds))
             accepted = [self._accept(seq, feed, logits) for seq, feed, logits in zip(step.seqs, feeds, out.logits)]
             if self.config.use_mtp:
                 self._draft(step.seqs, feeds, out, accepted)
@@ -318,9 +342,12 @@ class Engine:
                 self._fail(seq, f"{type(exc).__name__}: {exc}")
             return step
         self._counters["decode_steps"] += not step.is_prefill
+        now = self.clock()
         for seq in step.seqs:
             seq.last_step_at = time.perf_counter()
             seq.decode_steps += not step.is_prefill
+            if seq.finish_reason is None and budget_spent(seq.sampling, seq.first_token_at, now):
+                seq.finish_reason = FinishReason.LENGTH
             try:
                 self._after_tokens(seq)
             except Exception as exc:  # one request's bookkeeping failed: fail it, not the others
@@ -333,6 +360,14 @@ class Engine:
             self.step()
 
     # ---- step helpers -------------------------------------------------------------------------
+    def _recorder(self, seqs: list[Sequence], feeds: list[Feed]) -> StepRecorder | None:
+        slots = [
+            (b, self._records[seq.request_id], feed.logits_from)
+            for b, (seq, feed) in enumerate(zip(seqs, feeds))
+            if seq.request_id in self._records
+        ]
+        return StepRecorder(slots) if slots else None
+
     def _feed(self, seq: Sequence, n: int, is_prefill: bool) -> Feed:
         tokens = seq.token_ids[seq.num_computed : seq.num_computed + (n if is_prefill else 1)]
         if not is_prefill and seq.draft is not None:
@@ -354,7 +389,7 @@ class Engine:
             if seq.num_computed >= len(seq.token_ids):  # the end of a prefill-only request
                 seq.finish_reason = FinishReason.LENGTH
             return []
-        picks = sample(logits, [seq.sampling] * len(logits), [seq.generator] * len(logits))
+        picks = self._steer.pick(seq, logits)
         if seq.draft is not None and len(feed.tokens) == 2:
             self._counters["spec_drafted"] += 1
             if picks[0] == seq.draft:
@@ -368,9 +403,12 @@ class Engine:
         else:
             new = [picks[-1]]
             seq.num_computed += len(feed.tokens)
+            if confidence_collapsed(seq.sampling, seq.text, logits[-1], new[0]):
+                seq.finish_reason, new = FinishReason.STOP, []
         seq.draft = None
         accepted = self._append(seq, new)
         self._seal(seq)
+        self._steer.accepted(seq, logits, accepted)
         return accepted
 
     def _append(self, seq: Sequence, new: list[int]) -> list[int]:
@@ -380,7 +418,7 @@ class Engine:
             taken.append(token)
             self._counters["generated_tokens"] += 1
             if seq.first_token_at is None:
-                seq.first_token_at = time.perf_counter()
+                seq.first_token_at = self.clock()
             if token in seq.stop_ids:
                 seq.finish_reason = FinishReason.STOP
             elif len(seq.output_ids) >= seq.sampling.max_tokens:
@@ -412,7 +450,7 @@ class Engine:
             return
         for seq, logits in zip(owners, self.runner.run_mtp(mtp_feeds, hidden)):
             greedy = seq.sampling.temperature == 0
-            if greedy and seq.finish_reason is None and not seq.in_prefill:
+            if greedy and seq.finish_reason is None and not seq.in_prefill and self._steer.may_draft(seq):
                 seq.draft = int(logits.argmax())
 
     def _after_tokens(self, seq: Sequence) -> None:
@@ -434,6 +472,8 @@ class Engine:
         seq = self.scheduler.find(request_id)
         if seq is not None:
             self._finish(seq, FinishReason.ABORT)
+        for child in self._steer.live_children(request_id):
+            self._finish(child, FinishReason.ABORT)
 
     def _fail(self, seq: Sequence, message: str) -> None:
         seq.error = message
@@ -464,22 +504,21 @@ class Engine:
         seq.finish_reason = reason
         self._texts.pop(seq.request_id, None)
         self._prefill_only.discard(seq.request_id)
-        key = "requests_aborted" if reason is FinishReason.ABORT else "requests_finished"
-        self._counters[key] += 1
-        self._counters["cached_prompt_tokens"] += seq.cached_tokens
+        record = self._records.pop(seq.request_id, None)
+        if not self._steer.is_child(seq):
+            key = "requests_aborted" if reason is FinishReason.ABORT else "requests_finished"
+            self._counters[key] += 1
+            self._counters["cached_prompt_tokens"] += seq.cached_tokens
         now = time.perf_counter()
         result = GenerationResult(
             seq.request_id, tuple(seq.output_ids), seq.text, reason, seq.prompt_len, seq.cached_tokens,
             seq.prefilled_tokens, seq.decode_steps,
             None if seq.first_token_at is None else seq.first_token_at - seq.arrival, now - seq.arrival, seq.error,
+            attention=record.result() if record is not None else None,
         )
         if seq.on_event is not None:
             self._emit(seq, StreamEvent(seq.request_id, tuple(seq.output_ids[seq.emitted :]), seq.text, True, reason))
-        if seq.on_done is not None:
-            try:
-                seq.on_done(result)
-            except Exception:
-                log.exception("on_done callback of %s failed", seq.request_id)
+        self._steer.deliver(seq, result)
 
     def _emit(self, seq: Sequence, event: StreamEvent) -> None:
         try:

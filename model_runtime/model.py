@@ -69,18 +69,19 @@ class Indexer(nn.Module):
         r = self.rope_dim
         return torch.cat((apply_rope(x[..., :r], cos, sin), x[..., r:]), dim=-1)
 
-    def keys(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        """[..., D] -> [..., Di] indexer keys (cached per token)."""
-        return self._rope_first(self.k_norm(self.wk(x)), cos, sin)
+    def keys(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, projected: torch.Tensor | None = None) -> torch.Tensor:
+        """[..., D] -> [..., Di] indexer keys (cached per token); `projected`: `wk(x)`, if already computed."""
+        return self._rope_first(self.k_norm(self.wk(x) if projected is None else projected), cos, sin)
 
     def queries(
-        self, x: torch.Tensor, q_lat: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+        self, x: torch.Tensor, q_lat: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, projected: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """q [..., Hi, Di] and signed head weights w [..., Hi] (fp32, × Hi^-½)."""
+        """q [..., Hi, Di] and signed head weights w [..., Hi] (fp32, × Hi^-½); `projected`:
+        `weights_proj(x)`, if already computed."""
         q = self.wq_b(q_lat).unflatten(-1, (self.n_heads, self.head_dim))
         q = self._rope_first(q, cos.unsqueeze(-2), sin.unsqueeze(-2))
-        w = self.weights_proj(x.to(self.weights_proj.weight.dtype)).float() * self.n_heads**-0.5
-        return q, w
+        w = self.weights_proj(x.to(self.weights_proj.weight.dtype)) if projected is None else projected
+        return q, w.float() * self.n_heads**-0.5
 
     def scores(self, q: torch.Tensor, w: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         """q [B,S,Hi,Di], w [B,S,Hi], k [B,T,Di] -> I [B,S,T] fp32 (no mask)."""
@@ -113,16 +114,45 @@ class MLA(nn.Module):
         self.o_proj = nn.Linear(H * self.dv, cfg.hidden_size, bias=cfg.attention_bias)
         self.indexer = Indexer(cfg) if has_indexer else None
         self.scale = cfg.softmax_scale
+        self.fused_in: tuple[torch.Tensor, list[int]] | None = None  # see `fuse_inputs`
 
     # ---- shared pieces ------------------------------------------------------------------
     def project(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
         """x [..., D] -> q_lat, q_nope [...,H,dn], q_pe [...,H,dr], c [...,R], k_pe [...,dr]."""
-        q_lat = self.q_a_layernorm(self.q_a_proj(x))
+        return self._project_from(self.q_a_proj(x), self.kv_a_proj_with_mqa(x), cos, sin)
+
+    def _project_from(self, q_a: torch.Tensor, ckv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        q_lat = self.q_a_layernorm(q_a)
         q = self.q_b_proj(q_lat).unflatten(-1, (self.n_heads, self.dn + self.dr))
         q_nope, q_pe = q.split((self.dn, self.dr), dim=-1)
         q_pe = apply_rope(q_pe, cos.unsqueeze(-2), sin.unsqueeze(-2))
-        c, k_pe = self.kv_a_proj_with_mqa(x).split((self.R, self.dr), dim=-1)
+        c, k_pe = ckv.split((self.R, self.dr), dim=-1)
         return q_lat, q_nope, q_pe, self.kv_a_layernorm(c), apply_rope(k_pe, cos, sin)
+
+    def _inputs(self) -> list[nn.Linear]:
+        extra = [self.indexer.wk, self.indexer.weights_proj] if self.indexer is not None else []
+        return [self.q_a_proj, self.kv_a_proj_with_mqa, *extra]
+
+    def fuse_inputs(self) -> None:
+        """Inference: one weight for every projection of the layer's input (q_a, kv_a and the
+        indexer's wk and weights_proj), so a step runs one matmul instead of four. A copy: the
+        modules keep their own weights (memory-mapped ones stay mapped); call it again after
+        changing them."""
+        linears = self._inputs()
+        if any(m.bias is not None for m in linears) or len({m.weight.dtype for m in linears}) > 1:
+            return
+        with torch.no_grad():
+            self.fused_in = torch.cat([m.weight for m in linears]), [m.out_features for m in linears]
+
+    def _input_projections(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """[q_a(x), kv_a(x)] + [wk(x), weights_proj(x)] when the layer has an indexer."""
+        if self.fused_in is None:
+            outs = [self.q_a_proj(x), self.kv_a_proj_with_mqa(x)]
+            if self.indexer is not None:
+                outs += [self.indexer.wk(x), self.indexer.weights_proj(x.to(self.indexer.weights_proj.weight.dtype))]
+            return outs
+        weight, sizes = self.fused_in
+        return list(F.linear(x, weight).split(sizes, dim=-1))
 
     def expand(self, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Latent [..., R] -> k_nope [..., H, dn], v [..., H, dv]."""
@@ -207,28 +237,31 @@ class MLA(nn.Module):
         Returns the physical top-k slots [N, K] this layer attended to (None when dense), so that
         a following "shared" layer can reuse them.
         """
-        q_lat, q_nope, q_pe, c, k_pe = self.project(x, batch.cos, batch.sin)
+        q_a, ckv, *indexer_in = self._input_projections(x)
+        q_lat, q_nope, q_pe, c, k_pe = self._project_from(q_a, ckv, batch.cos, batch.sin)
         kv_flat = kv_cache.view(-1, kv_cache.shape[-1])
         kv_flat[batch.slot_mapping] = torch.cat((c, k_pe), -1).to(kv_cache.dtype)
-        indices = self._select(x, q_lat, batch, index_cache, prev_indices)
+        indices = self._select(x, q_lat, batch, index_cache, prev_indices, indexer_in)
         if batch.use_absorbed:
             out = self._attend_absorbed(q_nope, q_pe, kv_cache, batch, indices)
         else:
             out = self._attend_expanded(q_nope, q_pe, kv_flat, batch, indices)
         return self.o_proj(out.flatten(1)), indices
 
-    def _select(self, x, q_lat, batch: PagedBatch, index_cache, prev_indices):
+    def _select(self, x, q_lat, batch: PagedBatch, index_cache, prev_indices, projected: list[torch.Tensor]):
+        """`projected`: [wk(x), weights_proj(x)] from `_input_projections` (layers with an indexer)."""
         if self.indexer is None:
             if batch.dense:
                 return None
             if prev_indices is None:
                 raise ValueError("a shared DSA layer needs the top-k of an earlier full layer")
             return prev_indices
-        keys = self.indexer.keys(x, batch.cos, batch.sin)
+        k_raw, w_raw = projected
+        keys = self.indexer.keys(x, batch.cos, batch.sin, k_raw)
         index_cache.view(-1, index_cache.shape[-1])[batch.slot_mapping] = keys.to(index_cache.dtype)
         if batch.dense:
             return None
-        qi, w = self.indexer.queries(x, q_lat, batch.cos, batch.sin)
+        qi, w = self.indexer.queries(x, q_lat, batch.cos, batch.sin, w_raw)
         return indexer_topk(qi, w, index_cache, batch, self.indexer.softmax_scale, self.indexer.topk)
 
     def _attend_absorbed(self, q_nope, q_pe, kv_cache, batch: PagedBatch, indices):
@@ -262,6 +295,7 @@ class MLA(nn.Module):
 
 
 _SCORE_BYTES = 256 << 20
+FUSE_EXPERTS_BYTES = 256 << 20  # routed experts' gate+up bytes per layer up to which they are fused
 
 
 def _causal_mask(B: int, T: int, valid: torch.Tensor | None, device) -> torch.Tensor:
@@ -279,9 +313,18 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(dim, inter, bias=False)
         self.up_proj = nn.Linear(dim, inter, bias=False)
         self.down_proj = nn.Linear(inter, dim, bias=False)
+        self.gate_up: torch.Tensor | None = None  # see `fuse`
+
+    def fuse(self) -> None:
+        """Inference: gate and up projections as one matmul (a copy of both weights)."""
+        with torch.no_grad():
+            self.gate_up = torch.cat((self.gate_proj.weight, self.up_proj.weight))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        if self.gate_up is None or torch.is_grad_enabled():
+            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = F.linear(x, self.gate_up).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
 
 
 class Gate(nn.Module):
@@ -483,13 +526,31 @@ class Transformer(nn.Module):
         return TrainOutput(loss, lm_loss, mtp_loss, indexer_kl, loads)
 
     # ---- paged forward (engine) ---------------------------------------------------------
-    def forward_paged(self, input_ids: torch.Tensor, batch: PagedBatch, cache) -> torch.Tensor:
-        """input_ids [N] -> final-normed hidden [N,D]; reads and writes `cache` layers 0..L-1."""
+    def fuse_for_inference(self, max_expert_bytes: int = FUSE_EXPERTS_BYTES) -> None:
+        """Fuse the projections that share an input (`MLA.fuse_inputs`, `MLP.fuse`) for the engine:
+        fewer, larger matmuls per step. A layer's routed experts are fused only while their gate
+        and up weights take at most `max_expert_bytes` (the copies cost that much memory)."""
+        for block in [*self.layers, *self.mtp]:
+            block.self_attn.fuse_inputs()
+            mlps = [block.mlp] if isinstance(block.mlp, MLP) else [m for m in [block.mlp.shared_experts] if m is not None]
+            if isinstance(block.mlp, MoE):
+                experts = list(block.mlp.experts)
+                size = sum(2 * e.gate_proj.weight.numel() * e.gate_proj.weight.element_size() for e in experts)
+                mlps += experts if size <= max_expert_bytes else []
+            for mlp in mlps:
+                mlp.fuse()
+
+    def forward_paged(self, input_ids: torch.Tensor, batch: PagedBatch, cache, on_layer=None) -> torch.Tensor:
+        """input_ids [N] -> final-normed hidden [N,D]; reads and writes `cache` layers 0..L-1.
+
+        `on_layer(i, indices)`, when given, sees each layer's top-k slots (None: dense)."""
         x = self.embed_tokens(input_ids)
         prev = None
         for i, layer in enumerate(self.layers):
             x, indices = layer.forward_paged(x, batch, cache.kv[i], cache.index[i], prev)
             prev = indices if indices is not None else prev
+            if on_layer is not None:
+                on_layer(i, indices)
         return self.norm(x)
 
     def mtp_paged(self, hidden_prev: torch.Tensor, next_ids: torch.Tensor, batch: PagedBatch, cache, depth: int = 0) -> torch.Tensor:

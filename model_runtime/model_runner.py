@@ -7,6 +7,8 @@ Invariants:
 - The runner never changes a sequence: it reads `token_ids`, `num_computed`, `block_table`;
   the engine applies the outcome.
 - All tensors of a step are built here, once, and shared by every layer.
+- The model's projections that share an input are fused once, when the first runner is built
+  (`Transformer.fuse_for_inference`): the weights are frozen from then on.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from model_runtime.attention_record import StepRecorder
 from model_runtime.cache import KVCache
 from model_runtime.config import EngineConfig, ModelConfig
 from model_runtime.kvstore.residency import SpilledLatents
@@ -43,6 +46,8 @@ class ModelRunner:
     def __init__(self, model: Transformer, cache: KVCache, engine_config: EngineConfig, device) -> None:
         self.model, self.cache, self.engine_config, self.device = model, cache, engine_config, device
         self.cfg: ModelConfig = model.cfg
+        if model.layers[0].self_attn.fused_in is None:
+            model.fuse_for_inference()
 
     def _batch(self, feeds: list[Feed]) -> PagedBatch:
         batch = PagedBatch.build(
@@ -58,10 +63,14 @@ class ModelRunner:
         return batch
 
     @torch.inference_mode()
-    def run(self, feeds: list[Feed]) -> StepOutput:
+    def run(self, feeds: list[Feed], recorder: StepRecorder | None = None) -> StepOutput:
         batch = self._batch(feeds)
         ids = torch.tensor([t for f in feeds for t in f.tokens], dtype=torch.long, device=self.device)
-        hidden = self.model.forward_paged(ids, batch, self.cache)
+        if recorder is None:
+            hidden = self.model.forward_paged(ids, batch, self.cache)
+        else:
+            with recorder.recording(self.model, batch):
+                hidden = self.model.forward_paged(ids, batch, self.cache, recorder.on_layer)
         offsets = batch.query_starts[:-1]
         rows = [torch.arange(o + f.logits_from, o + len(f.tokens)) for f, o in zip(feeds, offsets)]
         flat = torch.cat(rows).to(self.device) if rows else torch.empty(0, dtype=torch.long)

@@ -23,6 +23,7 @@ import torch
 
 from model_runtime.api import GenerationRequest, GenerationResult, SamplingParams, StreamEvent
 from model_runtime.config import EngineConfig, ModelConfig
+from model_runtime.fingerprint import weights_digest
 from model_runtime.loader import load_weights
 from model_runtime.model import Transformer
 from model_runtime.tokenizer import GlmTokenizer, TokenizerError
@@ -100,15 +101,12 @@ class LoadedModel:
 
     @property
     def fingerprint(self) -> str:
-        """Hash of weights (file names, sizes, mtimes and the header of each), config, dtype, version."""
+        """Hash of the weights' identity (`fingerprint.weights_digest`: names, sizes, mtimes and
+        safetensors headers, never the tensor data), config, dtype and runtime version."""
         h = hashlib.blake2b(digest_size=16)
         h.update(json.dumps(self.config.to_dict(), sort_keys=True, default=str).encode())
         h.update(f"{self.dtype}|{RUNTIME_VERSION}".encode())
-        for file in sorted(self.path.glob("*.safetensors")):
-            st = file.stat()
-            h.update(f"{file.name}|{st.st_size}|{st.st_mtime_ns}".encode())
-            with open(file, "rb") as f:
-                h.update(f.read(1 << 16))
+        h.update(weights_digest(self.path))
         return h.hexdigest()
 
 

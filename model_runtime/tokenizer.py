@@ -103,6 +103,11 @@ class GlmTokenizer:
         Lone UTF-16 surrogates (legal in LSP text, unencodable in UTF-8) become U+FFFD."""
         return self._tok.encode(_LONE_SURROGATE.sub("\ufffd", text), add_special_tokens=False).ids
 
+    def encode_offsets(self, text: str) -> list[tuple[int, int]]:
+        """Character span in `text` of each token `encode(text)` returns (a character split over
+        several byte tokens gives each of them its span)."""
+        return self._tok.encode(_LONE_SURROGATE.sub("\ufffd", text), add_special_tokens=False).offsets
+
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         texts = [_LONE_SURROGATE.sub("\ufffd", t) for t in texts]
         return [e.ids for e in self._tok.encode_batch(texts, add_special_tokens=False)]

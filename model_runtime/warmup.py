@@ -7,7 +7,9 @@ the MTP layer, and leave the shared context in the prefix cache.
 Invariant: ordinary low-priority requests through the scheduler (so it warms exactly what
 completions use): user requests submitted meanwhile are admitted first and their aborts are
 handled as always; the router hooks are added and removed on the engine thread. Experts picked
-for user requests during warm-up count as hit too (they are warm as well).
+for user requests during warm-up count as hit too (they are warm as well). No new warm-up prompt
+starts while a user's request (priority >= 0) is waiting or running: the user's completion goes
+first, and the warm-up ends there.
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ def run_warmup(engine: Engine, texts: list[str], progress: ProgressCallback | No
     forwards = tokens = 0
     try:
         for i, ids in enumerate(prompts):
+            if engine.call(lambda: _user_waiting(engine)):
+                break
             request = GenerationRequest(f"warmup-{i}", tuple(ids), SamplingParams(max_tokens=4), priority=-1)
             result = engine.run(request)
             forwards += 1 + result.decode_steps
@@ -65,3 +69,8 @@ def run_warmup(engine: Engine, texts: list[str], progress: ProgressCallback | No
         engine.call(lambda: [h.remove() for h in hooks])
     total = sum(g.weight.shape[0] for g in gates)
     return WarmupReport(forwards, tokens, len(hit), total, time.perf_counter() - start)
+
+
+def _user_waiting(engine: Engine) -> bool:
+    """On the engine thread: whether a user's request is queued or running."""
+    return any(s.request.priority >= 0 for s in (*engine.scheduler.waiting, *engine.scheduler.running))

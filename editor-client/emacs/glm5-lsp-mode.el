@@ -40,6 +40,14 @@
   "Checkpoint directory of the model; nil means the server's embedded model."
   :type '(choice (const :tag "Embedded" nil) directory))
 
+(defcustom glm5-lsp-mode-engine-url nil
+  "OpenAI-compatible engine (glm5-serve, vLLM, SGLang) instead of the in-process model."
+  :type '(choice (const :tag "In-process model" nil) string))
+
+(defcustom glm5-lsp-mode-engine-api-key-env nil
+  "Name of the environment variable holding the engine's API key (never the key itself)."
+  :type '(choice (const :tag "No key" nil) string))
+
 (defcustom glm5-lsp-mode-max-tokens 64
   "Most tokens in one completion."
   :type 'natnum)
@@ -60,6 +68,9 @@
 
 (defun glm5-lsp-mode--initialization-options ()
   `(,@(when glm5-lsp-mode-model (list :model (expand-file-name glm5-lsp-mode-model)))
+    ,@(when glm5-lsp-mode-engine-url
+        (list :engine `(:url ,glm5-lsp-mode-engine-url
+                        ,@(when glm5-lsp-mode-engine-api-key-env (list :apiKeyEnv glm5-lsp-mode-engine-api-key-env)))))
     :maxTokens ,glm5-lsp-mode-max-tokens :temperature ,glm5-lsp-mode-temperature
     :multiline ,glm5-lsp-mode-multiline))
 

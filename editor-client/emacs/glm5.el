@@ -48,6 +48,16 @@
   "Checkpoint directory of the model; nil means the server's embedded model."
   :type '(choice (const :tag "Embedded" nil) directory))
 
+(defcustom glm5-engine-url nil
+  "OpenAI-compatible engine to complete with instead of the in-process model.
+glm5-serve (one model for every editor), vLLM or SGLang, e.g. \"http://127.0.0.1:8000\".
+`glm5-model' then only names the tokenizer's directory (nil: the engine's /tokenize)."
+  :type '(choice (const :tag "In-process model" nil) string))
+
+(defcustom glm5-engine-api-key-env nil
+  "Name of the environment variable holding the engine's API key (never the key itself)."
+  :type '(choice (const :tag "No key" nil) string))
+
 (defcustom glm5-max-tokens 64
   "Most tokens in one completion."
   :type 'natnum)
@@ -111,6 +121,9 @@
   (unless (member glm5-multiline '("auto" "never" "always"))
     (user-error "glm5-multiline must be \"auto\", \"never\" or \"always\", not %S" glm5-multiline))
   `(,@(when glm5-model (list :model (expand-file-name glm5-model)))
+    ,@(when glm5-engine-url
+        (list :engine `(:url ,glm5-engine-url
+                        ,@(when glm5-engine-api-key-env (list :apiKeyEnv glm5-engine-api-key-env)))))
     :maxTokens ,glm5-max-tokens :temperature ,glm5-temperature
     :multiline ,glm5-multiline :streaming t))
 

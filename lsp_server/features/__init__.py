@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
 def register_all(ls: Glm5Server) -> None:
     from . import (
+        attention,
         code_actions,
         commands,
         completion,
@@ -25,5 +26,5 @@ def register_all(ls: Glm5Server) -> None:
         workspace,
     )
 
-    for module in (lifecycle, documents, inline_completion, completion, code_actions, commands, navigation, telemetry, workspace):
+    for module in (lifecycle, documents, inline_completion, completion, code_actions, commands, attention, navigation, telemetry, workspace):
         module.register(ls)

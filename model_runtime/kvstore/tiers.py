@@ -2,8 +2,9 @@
 
 Role: `CacheTiers` is the `BlockManager`'s `ColdStore`. A hashed block evicted from the device
 pool is copied to host RAM (`demote`); one evicted from host RAM waits in `pending` until it is
-written to the workspace's disk store (`flush`, on idle, or at once when `pending` grows past a
-quarter of the host cap). A prefix-hash miss on the device is looked up in host RAM, then
+written to the workspace's disk store (`flush`, called by the engine's idle path, `persist` and
+shutdown). `pending` is capped (`pending_bytes`): past it the oldest pending blocks are dropped
+(counted in `dropped`), never written from inside a request. A prefix-hash miss on the device is looked up in host RAM, then
 `pending`, then on disk, and copied into a fresh block (`promote`) after checking its token ids
 (and, from disk, its digest). `persist` writes every hashed device and host block of the current
 workspace that the disk store does not have yet.
@@ -13,6 +14,8 @@ Invariants:
   used under) are written to disk: after `bind` switches workspaces, nothing cached for the old
   workspace lands in the new one's directory.
 - Disk trouble never reaches the engine: the store logs and answers misses.
+- No disk write (and so no fsync) happens on a request's path: `demote` and `promote` only
+  copy to and from RAM and read files; only `flush`, `persist`, `bind` and `clear` write.
 - Runs on the engine thread only (like the cache and the block manager).
 """
 
@@ -32,6 +35,8 @@ from model_runtime.kvstore.host import HostTier
 from model_runtime.kvstore.paths import marked_workspaces
 
 log = logging.getLogger(__name__)
+
+PENDING_FLOOR = 64 << 20  # the pending queue holds at least this many bytes before dropping blocks
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +63,7 @@ class TierCounters:
     disk_hits: int = 0
     demoted: int = 0
     written: int = 0
+    dropped: int = 0  # pending blocks dropped unwritten because the queue was full
 
 
 class CacheTiers:
@@ -65,6 +71,7 @@ class CacheTiers:
         self.cache, self.blocks = cache, blocks
         self.host: HostTier[bytes, StoredBlock] = HostTier(host_bytes)
         self.pending: OrderedDict[bytes, StoredBlock] = OrderedDict()
+        self.pending_bytes = max(host_bytes // 4, PENDING_FLOOR)
         self.disk_bytes = disk_bytes
         self.disk: DiskStore | None = None
         self.counters = TierCounters()
@@ -106,8 +113,13 @@ class CacheTiers:
         for out in self.host.put(block.hash, StoredBlock(block.hash, block.token_ids, kv, index, block.epoch)):
             if self.disk is not None and out.epoch == self.epoch and not self.disk.knows(out.block_hash):
                 self.pending[out.block_hash] = out
-        if sum(b.nbytes for b in self.pending.values()) > self.host.capacity_bytes // 4:
-            self.flush()
+        self._cap_pending()
+
+    def _cap_pending(self) -> None:
+        total = sum(b.nbytes for b in self.pending.values())
+        while total > self.pending_bytes and self.pending:
+            total -= self.pending.popitem(last=False)[1].nbytes
+            self.counters.dropped += 1
 
     # ---- disk ------------------------------------------------------------------------------
     def bind(self, directory: Path, fingerprint: str) -> bool:

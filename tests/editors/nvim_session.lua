@@ -3,8 +3,8 @@
 -- Role: load the glm5 plugin from GLM5_PLUGIN, open GLM5_FILE, wait for the server to attach and
 -- report ready, go to the end of line GLM5_LINE in insert mode, type GLM5_TYPE, wait for ghost
 -- text (an extmark in the native or the plugin's namespace; while none comes, type the next
--- character of GLM5_TYPE_MORE every GLM5_RETRY_MS), press the accept key, run `:Glm5 explain`,
--- and write what it saw as JSON to GLM5_RESULT. Insert-mode steps run from timers (feedkeys with 'x!' blocks a
+-- character of GLM5_TYPE_MORE every GLM5_RETRY_MS), press the accept key, run `:Glm5 explain`
+-- (and with GLM5_HEAT=1, `:Glm5 heat` in the file's window), and write what it saw as JSON to GLM5_RESULT. Insert-mode steps run from timers (feedkeys with 'x!' blocks a
 -- headless Neovim).
 --
 -- Invariant: the session always ends (a watchdog writes {"error": ...} and quits).
@@ -107,6 +107,22 @@ local function server_stats(client)
   return response and response.result or { error = response and response.err }
 end
 
+local function show_heat()
+  vim.api.nvim_set_current_win(vim.fn.bufwinid(bufnr))
+  vim.cmd('Glm5 heat')
+  wait_for('heat report', function()
+    local lines = vim.api.nvim_buf_get_lines(0, 0, -1, false)
+    return vim.bo.filetype == 'markdown' and lines[1] == '# What the model looked at' and lines
+  end, function(lines)
+    result.heat_report = table.concat(lines, '\n')
+    result.heat_marks = {}
+    for _, mark in ipairs(vim.api.nvim_buf_get_extmarks(bufnr, require('glm5.heat').ns, 0, -1, { details = true })) do
+      result.heat_marks[#result.heat_marks + 1] = { row = mark[2], hl = mark[4].line_hl_group, text = mark[4].virt_text[1][1] }
+    end
+    finish(nil)
+  end)
+end
+
 local function after_accept(client, before)
   result.lines_after = vim.api.nvim_buf_get_lines(bufnr, 0, -1, false)
   result.cursor_after = vim.api.nvim_win_get_cursor(0)
@@ -120,7 +136,11 @@ local function after_accept(client, before)
       return vim.bo.filetype == 'markdown' and lines[1] == '# GLM-5 completion context' and lines
     end, function(lines)
       result.explanation = table.concat(lines, '\n')
-      finish(nil)
+      if env.GLM5_HEAT == '1' then
+        show_heat()
+      else
+        finish(nil)
+      end
     end)
   end, 100)
 end

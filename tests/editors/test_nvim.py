@@ -85,6 +85,21 @@ def test_fake_server_ghost_text_accepted(nvim_bin, editor_env, workspace, fake_s
 
 @pytest.mark.parametrize("native", [True, False], ids=["native", "virtual-text"])
 def test_real_server_ghost_text_accepted(nvim_bin, editor_env, workspace, real_server_cmd, tiny_model, native):
-    env = editor_env | {"GLM5_MODEL": str(tiny_model), "GLM5_TYPE_MORE": TYPE_MORE}
+    env = editor_env | {"GLM5_MODEL": str(tiny_model), "GLM5_TYPE_MORE": TYPE_MORE, "GLM5_HEAT": "1"}
     result = run_nvim(nvim_bin, env, workspace / "main.py", real_server_cmd, native=native, timeout_s=120)
     check_ghost_and_accept(result)
+    check_heat(result)
+
+
+def check_heat(result: dict) -> None:
+    """`:Glm5 heat` highlighted lines of the file (the hottest at level 5) and opened the report."""
+    marks = result["heat_marks"]
+    assert marks, "no line was highlighted"
+    assert all(0 <= m["row"] < len(result["lines_after"]) for m in marks)
+    assert {m["hl"] for m in marks} <= {f"Glm5Heat{level}" for level in range(1, 6)}
+    assert "Glm5Heat5" in {m["hl"] for m in marks}
+    assert all(m["text"].strip().endswith("%") for m in marks)
+    report = result["heat_report"].split("\n")
+    assert "## Expert load (tokens routed to each expert, per layer)" in report
+    assert "| 0 (dense) | · | · | · | · | · | · | · | · |" in report  # the tiny model: 8 experts, layer 0 dense
+    assert any(line.startswith("| 1 | `ws/geometry.py:1-") for line in report)

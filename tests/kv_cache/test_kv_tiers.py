@@ -215,3 +215,24 @@ def test_two_engines_on_one_workspace_share_its_store(tiny, tmp_path):
     assert generate(third, a_ids + [1]).cached_tokens == 64
     assert generate(third, b_ids + [1]).cached_tokens == 64
     assert third.cache_stats()["disk_hits"] == 8
+
+
+def test_no_fsync_on_the_request_path(tiny, tmp_path, monkeypatch):
+    """Blocks demoted device -> host -> disk during requests wait for the idle path to be written."""
+    import os
+
+    per_block = tiny.config.num_cache_layers * BS * (tiny.config.kv_cache_dim + tiny.config.index_head_dim) * 4
+    engine = Engine(tiny, EngineConfig(block_size=BS, max_cache_tokens=128, host_cache_bytes=2 * per_block))
+    open_ws(engine, tmp_path)
+    calls: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real_fsync(fd))[1])
+    prompts = [prompt(100, seed=s) for s in range(20, 25)]
+    for ids in prompts:
+        generate(engine, ids, max_tokens=3)
+    assert engine.tiers.pending and engine.cache_stats()["demoted"] >= 12  # blocks did leave host RAM for disk
+    assert calls == []
+    written = engine.persist()  # what the engine's idle path calls
+    assert written >= len(full_block_hashes(prompts[0])) and calls  # the instrument sees writes
+    again = generate(engine, prompts[0], max_tokens=3)
+    assert again.cached_tokens == 96 and engine.cache_stats()["disk_hits"] > 0

@@ -7,6 +7,7 @@ environment variable GLM5_FAKE, a JSON object:
              prompt (special tokens included) gives the reply
     step_s   seconds per decode step (default 0.0)
     load_s   seconds the model takes to load (default 0.0)
+    store_s  seconds binding the workspace's KV store takes (default 0.0)
     fail     make loading fail with this message
     no_model start without any model (no --model, no embedded default)
     watcher_fails  the file watcher's start raises (as on a vanished root or the inotify limit)
@@ -48,7 +49,7 @@ def main() -> None:
         time.sleep(config.get("load_s", 0.0))
         if config.get("fail"):
             raise RuntimeError(config["fail"])
-        engine = FakeEngine(tokenizer, script, step_s=config.get("step_s", 0.0))
+        engine = FakeEngine(tokenizer, script, step_s=config.get("step_s", 0.0), store_s=config.get("store_s", 0.0))
         if config.get("stats_gate"):
             engine.cache_stats = _gated(engine.cache_stats, Path(config["stats_gate"]))
         return ModelHandle(engine, tokenizer, path, 8192)

@@ -2,8 +2,10 @@
 
 The fake engine runs on its own thread like the real one: one decode step per loop iteration
 for every running request, abort honoured between steps, `on_done` exactly once per request.
-Tests script what each request "generates" (and may slow each step down with `step_s`);
-`decode_steps` counts what really ran.
+Tests script what each request "generates" (and may slow each step down with `step_s`, and
+binding the workspace's KV store with `store_s`); `decode_steps` counts what really ran. Like a
+persisted KV store after a restart, a request submitted once a workspace is bound reports its
+whole prompt as cached, one submitted before reports it all as prefilled.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ class _Running:
     on_event: Callable[[StreamEvent], None] | None
     on_done: Callable[[GenerationResult], None]
     submitted: float
+    cached: int = 0
     produced: list[int] = field(default_factory=list)
     steps: int = 0
     first_token_s: float | None = None
@@ -57,10 +60,11 @@ class _Running:
 class FakeEngine:
     """Scripted engine: request -> text (via `script`), emitted one token per decode step."""
 
-    def __init__(self, tokenizer: GlmTokenizer, script: Script, step_s: float = 0.0) -> None:
+    def __init__(self, tokenizer: GlmTokenizer, script: Script, step_s: float = 0.0, store_s: float = 0.0) -> None:
         self.tokenizer = tokenizer
         self.script = script
         self.step_s = step_s
+        self.store_s = store_s
         self._inbox: queue.Queue[tuple[str, object]] = queue.Queue()
         self._running: dict[str, _Running] = {}
         self._stats = dict.fromkeys(EngineStats.__dataclass_fields__, 0)
@@ -98,6 +102,7 @@ class FakeEngine:
         return GenerationResult(f"prefill-{len(self.prefilled)}", (), "", FinishReason.LENGTH, len(prompt_ids))
 
     def open_workspace(self, roots) -> str:
+        time.sleep(self.store_s)
         self.workspaces.append(list(roots))
         return f"/fake-kv-store/{len(self.workspaces)}"
 
@@ -141,7 +146,8 @@ class FakeEngine:
             target = self.tokenizer.encode(self.script(request))[: request.sampling.max_tokens]
             with self._lock:
                 self._stats["prefill_tokens"] += len(request.prompt_ids)
-            self._running[request.request_id] = _Running(request, target, on_event, on_done, time.monotonic())
+            cached = len(request.prompt_ids) if self.workspaces else 0
+            self._running[request.request_id] = _Running(request, target, on_event, on_done, time.monotonic(), cached)
         elif kind == "abort" and payload in self._running:
             self._finish(self._running[payload], FinishReason.ABORT)  # type: ignore[index]
 
@@ -181,7 +187,8 @@ class FakeEngine:
                 text=text,
                 finish_reason=reason,
                 prompt_tokens=len(run.request.prompt_ids),
-                prefilled_tokens=len(run.request.prompt_ids),
+                cached_tokens=run.cached,
+                prefilled_tokens=len(run.request.prompt_ids) - run.cached,
                 decode_steps=run.steps,
                 first_token_s=run.first_token_s,
                 total_s=time.monotonic() - run.submitted,

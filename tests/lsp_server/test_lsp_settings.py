@@ -27,6 +27,7 @@ def test_valid_keys_update_a_copy():
         ({"model": ""}, "'model'"),
         ({"dtype": "float64"}, "'dtype': expected one of auto, float32, bfloat16, float16"),
         ({"mtp": "on"}, "'mtp': expected true or false"),
+        ({"maxDecodeMs": -1}, "'maxDecodeMs': expected an integer in 0..60000"),
     ],
 )
 def test_bad_values_keep_the_previous_value_and_name_the_key(raw, fragment):
@@ -47,3 +48,14 @@ def test_unknown_keys_are_ignored_and_non_objects_rejected():
 def test_section_accepts_namespaced_and_flat_payloads():
     assert section({"glm5": {"maxTokens": 3}}) == {"maxTokens": 3}
     assert section({"maxTokens": 3}) == {"maxTokens": 3}
+
+
+def test_the_decode_budget_reaches_every_completion_and_confidence_cuts_only_blocks():
+    from context.classify import CompletionKind
+    from lsp_server.pipeline import sampling_for
+
+    settings, problems = parse_settings({"maxDecodeMs": 120}, ServerSettings())
+    assert problems == [] and ServerSettings().max_decode_ms > 0  # on by default
+    single, block = (sampling_for(k, settings) for k in (CompletionKind.SINGLE_LINE, CompletionKind.MULTI_LINE))
+    assert single.max_decode_ms == block.max_decode_ms == 120
+    assert single.min_confidence == 0 < block.min_confidence

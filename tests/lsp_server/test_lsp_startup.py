@@ -69,3 +69,21 @@ async def test_a_request_cancelled_while_the_model_loads_is_answered_empty_with_
         assert any(p.get("message") == "the model is still loading" for p in session.messages("glm5/status"))
     finally:
         assert await session.stop() == 0
+
+
+async def test_a_completion_during_start_up_waits_for_the_persisted_kv_store(tmp_path):
+    """The store binds slower than the model loads: the completion must not run before it."""
+    session = await _start(tmp_path, load_s=0.2, store_s=1.5, text="42")
+    try:
+        uri = session.open(tmp_path / "early.py", "answer = \n")
+        result = await session.inline(uri, 0, 9)
+        assert [i.insert_text for i in result.items] == ["42"]
+        stats = await session.stats(recent=1)
+        (record,) = stats["recent"]
+        assert record["prompt_tokens"] > 0 and record["cached_tokens"] == record["prompt_tokens"]
+        await session.wait_ready()
+        phases = (await session.stats())["startup_ms"]
+        assert set(phases) >= {"load", "index", "store", "warmup", "ready"}
+        assert phases["store"] >= 1000 and phases["load"] >= 150  # the fake's sleeps, measured
+    finally:
+        assert await session.stop() == 0

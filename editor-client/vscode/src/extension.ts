@@ -24,6 +24,9 @@ import {
   type MessageTransports,
 } from 'vscode-languageclient/node';
 import { renderExplanation, type Explanation } from './explain';
+import { type AttentionResult } from './heat';
+import { HeatView } from './heatView';
+import { Reports } from './reports';
 import { ACCEPTED_COMMAND, inlineMiddleware, type Items } from './inline';
 import { serverCommand } from './server';
 import { initializationOptions, needsRestart, readSettings, serverSettings, type Glm5Settings } from './settings';
@@ -34,6 +37,7 @@ import { Throttle } from './timing';
 import { inlineCompletionRequest, observeReader, observeWriter, workDoneProgress } from './transport';
 
 const EXPLAIN_COMMAND = 'glm5.explainContext';
+const ATTENTION_COMMAND = 'glm5.explainAttention';
 const LANGUAGES = ['python', 'javascript', 'javascriptreact', 'typescript', 'typescriptreact', 'go', 'rust'];
 
 async function pythonFromExtension(log: vscode.LogOutputChannel): Promise<string | undefined> {
@@ -58,14 +62,28 @@ async function pythonFromExtension(log: vscode.LogOutputChannel): Promise<string
   }
 }
 
+/**
+ * Ask VS Code for the inline suggestion again, so it shows the stream's newer text. VS Code does
+ * not fetch again while its current suggestion came from an explicit request at the same position
+ * and document version (`InlineCompletionsSource.fetch`: the old request "satisfies" the new one),
+ * so a bare `inlineSuggest.trigger` updates the ghost text once and then never again; hiding the
+ * suggestion first clears that state. Our request runs under its own cancellation and survives.
+ */
+async function showStreamUpdate(): Promise<void> {
+  await vscode.commands.executeCommand('editor.action.inlineSuggest.hide');
+  await vscode.commands.executeCommand('editor.action.inlineSuggest.trigger');
+}
+
 class Glm5Extension implements vscode.Disposable {
   private readonly log = vscode.window.createOutputChannel('GLM-5', { log: true });
   private readonly item = vscode.window.createStatusBarItem('glm5.status', vscode.StatusBarAlignment.Right, 100);
   private readonly status = new StatusModel();
   private readonly streams = new StreamTracker<Items>();
   private readonly lifecycle = new CompletionLifecycle((method, params) => this.notifyServer(method, params));
-  private readonly retrigger = new Throttle(50, () => void vscode.commands.executeCommand('editor.action.inlineSuggest.trigger'));
+  private readonly retrigger = new Throttle(50, () => void showStreamUpdate());
   private readonly cursor = new Throttle(250, () => this.sendCursor());
+  private readonly reports = new Reports();
+  private readonly heat = new HeatView(this.reports);
   private settings: Glm5Settings;
   private client: LanguageClient | undefined;
   private process: ChildProcess | undefined;
@@ -154,8 +172,11 @@ class Glm5Extension implements vscode.Disposable {
           remember: (uri, position) => (this.last = { uri, position }),
           log: this.log,
         }),
-        executeCommand: (command, args, next) =>
-          command === EXPLAIN_COMMAND ? this.explainContext(args, next) : next(command, args),
+        executeCommand: (command, args, next) => {
+          if (command === EXPLAIN_COMMAND) return this.explainContext(args, next);
+          if (command === ATTENTION_COMMAND) return this.explainAttention(args, next);
+          return next(command, args);
+        },
       },
     };
   }
@@ -229,6 +250,9 @@ class Glm5Extension implements vscode.Disposable {
 
   onDocumentChanged(event: vscode.TextDocumentChangeEvent): void {
     const uri = event.document.uri.toString();
+    if (event.contentChanges.length > 0) {
+      this.heat.clear(uri);
+    }
     this.streams.cancelIf((key) => key.uri === uri && key.version < event.document.version);
   }
 
@@ -282,8 +306,27 @@ class Glm5Extension implements vscode.Disposable {
     const result = (await next(EXPLAIN_COMMAND, [{ uri: at.uri.toString(), position }])) as Explanation | undefined;
     if (result) {
       const where = `${vscode.workspace.asRelativePath(at.uri)}:${position.line + 1}:${position.character + 1}`;
-      const document = await vscode.workspace.openTextDocument({ language: 'markdown', content: renderExplanation(result, where) });
-      await vscode.window.showTextDocument(document, { preview: true, viewColumn: vscode.ViewColumn.Beside });
+      await this.reports.show('GLM-5 completion context', renderExplanation(result, where));
+    }
+    return result;
+  }
+
+  /**
+   * `glm5.explainAttention` from the palette (no arguments): at the cursor of the active editor,
+   * ask the server what the model looked at, decorate the file with it and open the report.
+   */
+  private async explainAttention(args: unknown[], next: (command: string, args: unknown[]) => unknown): Promise<unknown> {
+    const editor = vscode.window.activeTextEditor;
+    if (args.length > 0 || !editor) {
+      return args.length > 0 ? next(ATTENTION_COMMAND, args) : undefined;
+    }
+    const { line, character } = editor.selection.active;
+    const uri = editor.document.uri.toString();
+    const result = (await next(ATTENTION_COMMAND, [{ uri, position: { line, character } }])) as AttentionResult | undefined;
+    if (result) {
+      const where = `${vscode.workspace.asRelativePath(editor.document.uri)}:${line + 1}:${character + 1}`;
+      const decorated = await this.heat.show(editor, result, where);
+      this.log.info(`attention heat: ${decorated} lines decorated, ${result.total ?? 0} selections`);
     }
     return result;
   }
@@ -300,6 +343,8 @@ class Glm5Extension implements vscode.Disposable {
   }
 
   dispose(): void {
+    this.heat.dispose();
+    this.reports.dispose();
     this.retrigger.dispose();
     this.cursor.dispose();
     void this.stop();

@@ -4,7 +4,7 @@
  * Role: turn the raw configuration values into one typed `Glm5Settings`, and derive the server's
  * `initializationOptions` and `workspace/didChangeConfiguration` payload from it. The server's
  * keys are camelCase (`model`, `device`, `dtype`, `mtp`, `maxTokens`, `temperature`, `multiline`,
- * `streaming`).
+ * `streaming`, and `engine: {url, apiKeyEnv}` for a remote engine such as glm5-serve or vLLM).
  *
  * Invariants: pure, no `vscode` import; a bad value never throws: it falls back to the default
  * and yields a problem message that names the setting, the value and what was expected.
@@ -22,6 +22,8 @@ export interface Glm5Settings {
   readonly device: string;
   readonly dtype: Dtype;
   readonly mtp: boolean;
+  readonly engineUrl: string;
+  readonly engineApiKeyEnv: string;
   readonly maxTokens: number;
   readonly debounceMs: number;
   readonly temperature: number;
@@ -35,6 +37,8 @@ export const DEFAULT_SETTINGS: Glm5Settings = {
   device: '',
   dtype: 'auto',
   mtp: false,
+  engineUrl: '',
+  engineApiKeyEnv: '',
   maxTokens: 64,
   debounceMs: 150,
   temperature: 0.2,
@@ -52,6 +56,8 @@ const CHECKS: { [K in keyof Glm5Settings]: Check } = {
   device: [(v) => typeof v === 'string', 'a torch device name such as "cuda"'],
   dtype: [(v) => v === 'auto' || v === 'float32' || v === 'bfloat16' || v === 'float16', '"auto", "float32", "bfloat16" or "float16"'],
   mtp: [(v) => typeof v === 'boolean', 'true or false'],
+  engineUrl: [(v) => typeof v === 'string' && (v.trim() === '' || /^https?:\/\/\S+$/.test(v.trim())), 'an http(s) URL such as http://127.0.0.1:8000'],
+  engineApiKeyEnv: [(v) => typeof v === 'string', 'the name of an environment variable'],
   maxTokens: [isInt(1, 4096), 'an integer in 1..4096'],
   debounceMs: [isInt(0, 5000), 'an integer in 0..5000'],
   temperature: [(v) => typeof v === 'number' && Number.isFinite(v) && v >= 0 && v <= 2, 'a number in 0..2'],
@@ -85,15 +91,19 @@ export function serverSettings(s: Glm5Settings): Record<string, unknown> {
   return { maxTokens: s.maxTokens, temperature: s.temperature, multiline: s.multiline };
 }
 
-/** The server's `initializationOptions`: streaming on, the runtime options, and the model and
- * device only when configured (else the embedded model, on the CPU). */
+/** The server's `initializationOptions`: streaming on, the runtime options, and the model, the
+ * device and the remote engine only when configured (else the embedded model, on the CPU). */
 export function initializationOptions(s: Glm5Settings): Record<string, unknown> {
   const model = expandHome(s.modelPath.trim());
   const device = s.device.trim();
-  return { ...serverSettings(s), streaming: true, dtype: s.dtype, mtp: s.mtp, ...(model ? { model } : {}), ...(device ? { device } : {}) };
+  const url = s.engineUrl.trim();
+  const keyEnv = s.engineApiKeyEnv.trim();
+  const engine = url ? { engine: { url, ...(keyEnv ? { apiKeyEnv: keyEnv } : {}) } } : {};
+  return { ...serverSettings(s), streaming: true, dtype: s.dtype, mtp: s.mtp, ...(model ? { model } : {}), ...(device ? { device } : {}), ...engine };
 }
 
 /** Whether changing from `a` to `b` needs a server restart (the process, the model or how it runs differs). */
 export function needsRestart(a: Glm5Settings, b: Glm5Settings): boolean {
-  return a.pythonPath !== b.pythonPath || a.modelPath !== b.modelPath || a.device !== b.device || a.dtype !== b.dtype || a.mtp !== b.mtp;
+  return a.pythonPath !== b.pythonPath || a.modelPath !== b.modelPath || a.device !== b.device || a.dtype !== b.dtype || a.mtp !== b.mtp
+    || a.engineUrl !== b.engineUrl || a.engineApiKeyEnv !== b.engineApiKeyEnv;
 }

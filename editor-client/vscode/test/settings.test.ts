@@ -15,7 +15,7 @@ test('unset settings take the defaults, with no problems', () => {
 
 test('valid settings are kept as given', () => {
   const values = { enable: false, pythonPath: '/opt/py', modelPath: '/m', maxTokens: 200, debounceMs: 0, temperature: 0, multiline: 'never',
-    device: 'cuda:1', dtype: 'bfloat16', mtp: true };
+    device: 'cuda:1', dtype: 'bfloat16', mtp: true, engineUrl: 'http://127.0.0.1:8000', engineApiKeyEnv: 'GLM5_KEY' };
   const { settings, problems } = reading(values);
   assert.deepEqual(settings, values);
   assert.deepEqual(problems, []);
@@ -58,5 +58,17 @@ test('the interpreter, the model and how it runs need a restart; the rest is sen
   assert.equal(needsRestart(DEFAULT_SETTINGS, { ...DEFAULT_SETTINGS, device: 'cuda' }), true);
   assert.equal(needsRestart(DEFAULT_SETTINGS, { ...DEFAULT_SETTINGS, dtype: 'bfloat16' }), true);
   assert.equal(needsRestart(DEFAULT_SETTINGS, { ...DEFAULT_SETTINGS, mtp: true }), true);
+  assert.equal(needsRestart(DEFAULT_SETTINGS, { ...DEFAULT_SETTINGS, engineUrl: 'http://127.0.0.1:8000' }), true);
   assert.deepEqual(serverSettings({ ...DEFAULT_SETTINGS, maxTokens: 9 }), { maxTokens: 9, temperature: 0.2, multiline: 'auto' });
+});
+
+test('an engine URL is sent as initializationOptions.engine, with the key variable only when set', () => {
+  assert.equal('engine' in initializationOptions(DEFAULT_SETTINGS), false);
+  const remote = initializationOptions({ ...DEFAULT_SETTINGS, engineUrl: ' http://127.0.0.1:8000 ' });
+  assert.deepEqual(remote.engine, { url: 'http://127.0.0.1:8000' });
+  const keyed = initializationOptions({ ...DEFAULT_SETTINGS, engineUrl: 'https://gpu.example:443/v1', engineApiKeyEnv: 'GLM5_KEY' });
+  assert.deepEqual(keyed.engine, { url: 'https://gpu.example:443/v1', apiKeyEnv: 'GLM5_KEY' });
+  const { settings, problems } = readSettings((key) => (key === 'engineUrl' ? 'localhost:8000' : undefined));
+  assert.equal(settings.engineUrl, '');
+  assert.deepEqual(problems, ['glm5.engineUrl: expected an http(s) URL such as http://127.0.0.1:8000, got "localhost:8000" (using "")']);
 });

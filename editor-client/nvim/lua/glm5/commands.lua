@@ -1,13 +1,15 @@
 --- `:Glm5 {subcommand}`: the user commands of the GLM-5 plugin.
 ---
 --- Role: enable / disable / toggle completions, trigger one, show the context of a completion at
---- the cursor (`glm5.explainContext`, rendered into a scratch Markdown buffer), show the counts
+--- the cursor (`glm5.explainContext`, rendered into a scratch Markdown buffer), show what the
+--- model looked at there as a heat map (`glm5.explainAttention`, see `glm5.heat`), show the counts
 --- (`glm5.stats` plus this Neovim's own), show the status, and restart the server.
 ---
 --- Invariants: every subcommand works on this plugin's clients only; a server error is shown as
 --- a message, never raised into the user's editing.
 
 local explain = require('glm5.explain')
+local heat = require('glm5.heat')
 
 local M = {}
 
@@ -65,6 +67,22 @@ local function explain_here(glm5)
   end)
 end
 
+local function heat_here(glm5)
+  local client = buffer_client(glm5)
+  if not client then
+    return
+  end
+  local bufnr = vim.api.nvim_get_current_buf()
+  local params = vim.lsp.util.make_position_params(0, client.offset_encoding)
+  local argument = { uri = params.textDocument.uri, position = params.position }
+  execute(client, 'glm5.explainAttention', { argument }, function(result)
+    result = result or {}
+    local count = heat.apply(bufnr, result)
+    M.show_scratch(heat.report(result))
+    vim.notify(('glm5: %d lines highlighted'):format(count))
+  end)
+end
+
 local function stats(glm5)
   local client = buffer_client(glm5) or glm5.clients()[1]
   if not client then
@@ -107,6 +125,9 @@ function M.register(glm5, start)
     trigger = glm5.trigger,
     explain = function()
       explain_here(glm5)
+    end,
+    heat = function()
+      heat_here(glm5)
     end,
     stats = function()
       stats(glm5)

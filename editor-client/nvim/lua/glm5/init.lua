@@ -27,6 +27,9 @@ M.defaults = {
   python = 'python3',
   cmd = nil, -- default: { python, '-m', 'lsp_server', '--stdio' }
   model = nil, -- checkpoint directory; nil: the server's embedded model
+  -- remote engine instead of the in-process model (glm5-serve, vLLM, SGLang): nil, a URL, or
+  -- { url = 'http://127.0.0.1:8000', apiKeyEnv = 'VAR', model = 'served name', timeoutMs = 10000 }
+  engine = nil,
   filetypes = { 'python', 'javascript', 'javascriptreact', 'typescript', 'typescriptreact', 'go', 'rust' },
   root_markers = { '.git', 'pyproject.toml', 'setup.py', 'package.json', 'go.mod', 'Cargo.toml' },
   max_tokens = 64,
@@ -270,6 +273,7 @@ end
 function M.init_options()
   return {
     model = M.config.model,
+    engine = M.config.engine,
     maxTokens = M.config.max_tokens,
     temperature = M.config.temperature,
     multiline = M.config.multiline,
@@ -325,6 +329,9 @@ local function validate(config)
   check('python', config.python, 'string')
   check('cmd', config.cmd, 'table', true)
   check('model', config.model, 'string', true)
+  if config.engine ~= nil and type(config.engine) ~= 'string' and type(config.engine) ~= 'table' then
+    error(('glm5: option engine must be a URL or a table {url = ..., apiKeyEnv = ...}, got %s'):format(vim.inspect(config.engine)), 2)
+  end
   check('filetypes', config.filetypes, 'table')
   check('root_markers', config.root_markers, 'table')
   check('max_tokens', config.max_tokens, 'number')

@@ -1,0 +1,202 @@
+"""Latency as the user meets it, through `lsp_server --stdio`: the first completion after opening
+the editor, and the pauses while typing.
+
+1. startup: the editor opens a long file with the cursor at its end and asks for a completion
+   right after `initialized`; timed from `initialized` to the answer. A cold start (empty KV cache
+   directory) against a restart with the cache the cold run persisted, per model: the embedded
+   model and a mid-size random GLM-5 checkpoint (`bench_runtime`'s "mid"). Also: the completion's
+   prompt / cached tokens and the start-up phases from `glm5.stats`.
+2. typing: a span of an unseen file (not in the workspace, fresh KV cache) typed back; at each
+   natural pause (after a space, `(`, `.`, `:` or a newline; a newline brings its indentation,
+   as an editor's auto-indent does) one inline completion, each answer awaited before typing on. p50/p95 to the first streamed text and to the final text, with the
+   decode budget (`maxDecodeMs`, default) and without it (0), two servers side by side.
+
+What it leaves out: the client's own debounce and rendering; the machine's other load (printed).
+
+Usage: python bench/bench_latency.py [--tables startup,typing] [--models embedded,mid]
+                                     [--file PATH] [--chars 300] [--startup-file PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from lsprotocol import types
+
+from bench_typing import REPO, _inline, _open, pct, record_session, start_server, stop_server
+
+PAUSES = frozenset(" (.:\n")
+STARTUP_FILE = REPO / "model_runtime" / "engine.py"
+TYPING_FILE = REPO / "lsp_server" / "completions.py"
+
+
+def mid_checkpoint() -> str:
+    """`bench_runtime`'s mid-size config, random weights, with a test tokenizer (built once)."""
+    path = Path(tempfile.gettempdir()) / "glm5-bench-mid"
+    if not (path / "config.json").is_file():
+        from bench_runtime import SIZES
+
+        from model_runtime.testing import make_tiny_checkpoint
+
+        make_tiny_checkpoint(path, SIZES["mid"].replace(max_position_embeddings=8192))
+    return str(path)
+
+
+def model_dir(name: str) -> str:
+    if name == "mid":
+        return mid_checkpoint()
+    from model_runtime.embedded import DEFAULT_MODEL_DIR
+
+    return str(DEFAULT_MODEL_DIR) if name == "embedded" else name
+
+
+async def _stats(client) -> dict:
+    return await client.workspace_execute_command_async(types.ExecuteCommandParams(command="glm5.stats", arguments=[{"recent": 50}]))
+
+
+# ---- 1. first completion after start-up -----------------------------------------------------
+async def first_completion(model: str, path: Path, cache: str, log: Path) -> dict:
+    """Open `path` with the cursor at its end right after `initialized` and ask at once."""
+    text = path.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    end = (len(lines) - 1, len(lines[-1]))
+    asked: dict = {}
+
+    def open_and_ask(client) -> None:
+        uri = path.resolve().as_uri()
+        client.text_document_did_open(types.DidOpenTextDocumentParams(
+            text_document=types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)))
+        client.protocol.notify("glm5/didChangeCursor", {"textDocument": {"uri": uri}, "position": {"line": end[0], "character": end[1]}})
+        asked["start"] = time.perf_counter()
+        asked["future"] = _inline(client, uri, *end, msg_id="first", automatic=False)
+
+    client, _ = await start_server(model, path.parent, True, 24, log, open_and_ask, {"GLM5_LSP_CACHE_DIR": cache})
+    try:
+        await asyncio.wrap_future(asked["future"])
+        latency = time.perf_counter() - asked["start"]
+        stats = await _stats(client)
+        record = next((r for r in stats["recent"] if r["request_id"] == "first"), {})
+        return {"ms": latency * 1000, **record, "phases": stats.get("startup_ms", {})}
+    finally:
+        await stop_server(client)
+
+
+async def startup_table(models: list[str], path: Path, logs: Path) -> None:
+    print(f"\nfirst completion after start-up: {path.name} ({len(path.read_text().splitlines())} lines), cursor at its end, timed from `initialized`")
+    print("| model | run | first completion ms | vs cold | after the model loaded ms | vs cold | prompt | cached | cached % | load ms | index ms | store ms | warm-up ms |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for name in models:
+        model, cache = model_dir(name), tempfile.mkdtemp(prefix="bench-latency-kv-")
+        cold = await first_completion(model, path, cache, logs / f"{name}-cold.log")
+        warm = await first_completion(model, path, cache, logs / f"{name}-restart.log")
+        cold_after = cold["ms"] - cold["phases"].get("load", 0)
+        for label, run in (("cold start (empty cache)", cold), ("restart, cache on disk", warm)):
+            phases = run["phases"]
+            after = run["ms"] - phases.get("load", 0)  # the load starts at `initialized`
+            share = 100 * run.get("cached_tokens", 0) / max(1, run.get("prompt_tokens", 0))
+            print(f"| {name} | {label} | {run['ms']:,.0f} | {cold['ms'] / run['ms']:.1f}x | {after:,.0f} | {cold_after / after:.1f}x | "
+                  f"{run.get('prompt_tokens', '-')} | {run.get('cached_tokens', '-')} | {share:.0f}% | "
+                  + " | ".join(f"{phases.get(k, 0):,.0f}" for k in ("load", "index", "store", "warmup")) + " |")
+
+
+# ---- 2. typing with a request at each pause -------------------------------------------------
+def typed_chunks(text: str) -> list[str]:
+    """What the user types, one edit per character, except that a newline carries the next
+    line's indentation with it (editors auto-indent: nobody types those spaces)."""
+    chunks: list[str] = []
+    for char in text:
+        if char in " \t" and chunks and chunks[-1].startswith("\n") and not chunks[-1].strip(" \t\n"):
+            chunks[-1] += char
+        else:
+            chunks.append(char)
+    return chunks
+
+
+async def typing_run(model: str, rec, budget_ms: int | None, log: Path) -> dict[str, list[float]]:
+    """Type `rec` back; at each pause ask and await the answer. Returns latencies (s) and counts."""
+    root = Path(rec.path).parent
+    env = {"GLM5_LSP_CACHE_DIR": tempfile.mkdtemp(prefix="bench-latency-kv-")}
+    client, notes = await start_server(model, root, True, 96, log, None, env)
+    if budget_ms is not None:
+        client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"glm5": {"maxDecodeMs": budget_ms}}))
+    out: dict[str, list[float]] = {"first": [], "final": [], "shown": [], "steps": [], "tokens": []}
+    try:
+        uri = _open(client, rec, rec.initial_text)
+        line, character, version = *rec.start, 1
+        for i, char in enumerate(typed_chunks("".join(c for _, c in rec.keystrokes))):
+            version += 1
+            client.text_document_did_change(types.DidChangeTextDocumentParams(
+                text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+                content_changes=[types.TextDocumentContentChangePartial(
+                    range=types.Range(start=types.Position(line=line, character=character), end=types.Position(line=line, character=character)),
+                    text=char)]))
+            line, character = (line + 1, len(char) - 1) if char.startswith("\n") else (line, character + len(char.encode("utf-16-le")) // 2)
+            if char[0] not in PAUSES:
+                continue
+            msg_id, sent = f"p{i}", time.perf_counter()
+            answer = await asyncio.wrap_future(_inline(client, uri, line, character, msg_id))
+            out["final"].append(time.perf_counter() - sent)
+            if answer is not None and answer.items:
+                out["shown"].append(out["final"][-1])
+            streamed = [at for at, m, p in notes if m == "glm5/inlineCompletionProgress" and str(p.requestId) == msg_id]
+            if streamed:
+                out["first"].append(streamed[0] - sent)
+        for record in (await _stats(client))["recent"]:
+            if record["outcome"] in ("answered", "empty") and record["prompt_tokens"]:
+                out["steps"].append(record["decode_steps"])
+                out["tokens"].append(record["generated_tokens"])
+    finally:
+        await stop_server(client)
+    return out
+
+
+async def typing_table(model_name: str, path: Path, chars: int, logs: Path) -> None:
+    model = model_dir(model_name)
+    with tempfile.TemporaryDirectory(prefix="bench-latency-ws-") as ws:
+        unseen = Path(ws) / path.name  # a workspace of its own: nothing indexed or cached before
+        unseen.write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+        rec = record_session(unseen, chars, 0.0, 0.0)
+        pauses = sum(1 for c in typed_chunks("".join(c for _, c in rec.keystrokes)) if c[0] in PAUSES)
+        print(f"\ntyping {chars} characters into {path.name} (unseen), {model_name} model: a request at each of {pauses} pauses, each awaited")
+        print("| decode budget | requests | first text p50 ms | first text p95 ms | final p50 ms | final p95 ms | with text | their final p50 ms | their final p95 ms | decode steps (mean) | tokens (mean) |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        for label, budget in (("maxDecodeMs default (200)", None), ("none (maxDecodeMs 0)", 0)):
+            run = await typing_run(model, rec, budget, logs / f"typing-{budget}.log")
+            first, final, shown = run["first"] or [0.0], run["final"], run["shown"] or [0.0]
+            print(f"| {label} | {len(final)} | {pct(first, .5) * 1000:,.1f} | {pct(first, .95) * 1000:,.1f} | "
+                  f"{pct(final, .5) * 1000:,.1f} | {pct(final, .95) * 1000:,.1f} | {len(run['shown'])} | "
+                  f"{pct(shown, .5) * 1000:,.1f} | {pct(shown, .95) * 1000:,.1f} | "
+                  f"{statistics.mean(run['steps'] or [0]):.1f} | {statistics.mean(run['tokens'] or [0]):.1f} |")
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    logs = Path(tempfile.mkdtemp(prefix="bench-latency-"))
+    print(f"load average at start: {os.getloadavg()}; server logs in {logs}")
+    tables = args.tables.split(",")
+    if "startup" in tables:
+        await startup_table(args.models.split(","), Path(args.startup_file), logs)
+    if "typing" in tables:
+        await typing_table(args.typing_model, Path(args.file), args.chars, logs)
+    print(f"\nload average at end: {os.getloadavg()}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tables", default="startup,typing")
+    parser.add_argument("--models", default="embedded,mid", help="startup table: embedded, mid or checkpoint directories")
+    parser.add_argument("--startup-file", default=str(STARTUP_FILE))
+    parser.add_argument("--typing-model", default="embedded")
+    parser.add_argument("--file", default=str(TYPING_FILE), help="typing table: the file to type into")
+    parser.add_argument("--chars", type=int, default=300)
+    args = parser.parse_args()
+    asyncio.run(main_async(args))
+
+
+if __name__ == "__main__":
+    main()

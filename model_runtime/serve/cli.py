@@ -1,0 +1,131 @@
+"""Command line of the daemon: `glm5-serve` / `python -m model_runtime serve`.
+
+Role: parse arguments, load the model and its engine, bind the socket (127.0.0.1 by default),
+print `glm5-serve: listening on URL` on stdout once connections are accepted, and serve until
+SIGINT/SIGTERM; then stop the engine, which writes unsaved KV blocks to the workspace store.
+
+Invariants:
+- The API key comes only from the environment variable named by `--api-key-env` (never from the
+  command line, where `ps` shows it) and is never logged.
+- Errors before serving are one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Iterator
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+log = logging.getLogger("glm5-serve")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="glm5-serve", description="Serve a GLM-5 checkpoint over an OpenAI-compatible HTTP API.")
+    parser.add_argument("--model", metavar="DIR", help="checkpoint directory (default: the embedded model)")
+    parser.add_argument("--served-model-name", metavar="NAME", help="the model's name in the API (default: the directory's name)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    parser.add_argument("--port", type=int, default=8000, help="port (0: any free port; the URL is printed)")
+    parser.add_argument("--api-key-env", metavar="VAR", help="require `Authorization: Bearer $VAR` on every route but /health")
+    parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    parser.add_argument("--dtype", choices=(*DTYPES, "auto"), default="auto", help="weights' dtype (auto: float32 on the CPU, else bfloat16)")
+    parser.add_argument("--mtp", action="store_true", help="speculative decoding of greedy requests with the MTP layer")
+    parser.add_argument("--workspace", action="append", default=[], metavar="ROOT", help="bind the persisted KV store of this workspace at start (repeatable)")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        api_key = _api_key(args.api_key_env)
+        service = _load(args)
+        sock = _bind(args.host, args.port)
+    except (OSError, ValueError, RuntimeError) as exc:
+        print(f"glm5-serve: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(_serve(service, api_key, sock))
+    finally:
+        service.engine.shutdown()
+    return 0
+
+
+def _api_key(var: str | None) -> str | None:
+    if var is None:
+        return None
+    key = os.environ.get(var)
+    if not key:
+        raise ValueError(f"--api-key-env {var}: that environment variable is not set")
+    return key
+
+
+def _load(args: argparse.Namespace):
+    from model_runtime.config import EngineConfig
+    from model_runtime.runtime import load_model
+    from model_runtime.serve.service import EngineService
+
+    dtype = args.dtype if args.dtype != "auto" else ("float32" if args.device.split(":")[0] == "cpu" else "bfloat16")
+    loaded = load_model(args.model, device=args.device, dtype=dtype)
+    engine = loaded.engine(EngineConfig(use_mtp=args.mtp))
+    try:
+        service = EngineService(loaded, engine, args.served_model_name or loaded.path.name)
+        if args.workspace:
+            log.info("KV store: %s", engine.open_workspace(args.workspace))
+    except BaseException:
+        engine.shutdown()
+        raise
+    return service
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    return sock
+
+
+def _server_class():
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, except that SIGINT/SIGTERM end `serve` without re-raising the signal
+        afterwards, so `main` still stops the engine and persists the KV cache."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+
+    return Server
+
+
+async def _serve(service, api_key: str | None, sock: socket.socket) -> None:
+    import uvicorn
+
+    from model_runtime.serve.app import build_app
+
+    config = uvicorn.Config(build_app(service, api_key), log_level="warning", timeout_graceful_shutdown=3, lifespan="off")
+    server = _server_class()(config)
+    host, port = sock.getsockname()[:2]
+    url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
+    print(f"glm5-serve: listening on {url} (model {service.name})", flush=True)
+    await server.serve(sockets=[sock])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""Stopping early: the decode budget (with an instrumented engine clock) and the confidence cut."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from model_runtime import load_model
+from model_runtime.api import FinishReason, GenerationRequest, SamplingParams
+from model_runtime.config import EngineConfig
+from model_runtime.engine import Engine
+from model_runtime.latency import confidence_collapsed
+from model_runtime.testing import make_tiny_checkpoint
+
+STEP_S = 0.010  # what every model step costs on the instrumented clock
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return load_model(make_tiny_checkpoint(tmp_path_factory.mktemp("latency")))
+
+
+def run_with_clock(loaded, sampling: SamplingParams):
+    """One request on an engine whose clock advances STEP_S per model step (never wall time)."""
+    engine = Engine(loaded, EngineConfig(block_size=16, max_cache_tokens=512))
+    now = [100.0]
+    run = engine.runner.run
+
+    def timed_run(feeds, *rest):
+        now[0] += STEP_S
+        return run(feeds, *rest)
+
+    engine.runner.run = timed_run
+    engine.clock = lambda: now[0]
+    done = []
+    prompt = tuple(range(3, 40))
+    engine.add(GenerationRequest("r", prompt, sampling), None, done.append)
+    engine.run_until_idle()
+    return done[0]
+
+
+@pytest.mark.parametrize("budget_ms", [25.0, 55.0, 60.0])
+def test_a_budget_bounded_request_stops_within_its_budget_plus_one_step(tiny, budget_ms):
+    eos_free = SamplingParams(max_tokens=40, stop_token_ids=())
+    unbounded = run_with_clock(tiny, eos_free)
+    bounded = run_with_clock(tiny, SamplingParams(max_tokens=40, max_decode_ms=budget_ms))
+    assert len(unbounded.token_ids) > len(bounded.token_ids), "the tiny model ended before any budget"
+    decode_ms = bounded.decode_steps * STEP_S * 1000  # time from the first token to the last
+    assert budget_ms <= decode_ms < budget_ms + STEP_S * 1000 + 1e-6
+    assert bounded.finish_reason is FinishReason.LENGTH
+    assert bounded.token_ids == unbounded.token_ids[: len(bounded.token_ids)]  # a prefix of the same greedy text
+
+
+def test_confidence_only_cuts_after_a_complete_line():
+    logits = torch.tensor([0.0, 0.0, 4.0, 0.0])  # token 2 has p ~ 0.95, the others ~ 0.017
+    sampling = SamplingParams(min_confidence=0.1)
+    assert confidence_collapsed(sampling, "x = 1\n    ", logits, 0)
+    assert not confidence_collapsed(sampling, "x = 1\n    ", logits, 2)
+    assert not confidence_collapsed(sampling, "x = 1", logits, 0)  # the first line always completes
+    assert not confidence_collapsed(sampling, "\n", logits, 0)  # a leading newline is not a line
+    assert not confidence_collapsed(SamplingParams(), "x = 1\n", logits, 0)  # off by default
+
+
+def test_the_warm_up_yields_to_a_waiting_completion(tiny):
+    engine = Engine(tiny, EngineConfig(block_size=16, max_cache_tokens=1024)).start()
+    try:
+        done = []
+        engine.submit(GenerationRequest("user", tuple(range(3, 60)), SamplingParams(max_tokens=4)), None, done.append)
+        report = engine.warmup(["def f(x):\n    return x\n"] * 4)  # queued behind the user's request
+        assert report.forwards == 0 and report.tokens == 0
+        while not done:  # the user's request runs on: wait for it, one engine step at a time
+            engine.call(lambda: None)
+        assert done and done[0].finish_reason in (FinishReason.LENGTH, FinishReason.STOP) and done[0].token_ids
+        assert engine.warmup(["def f(x):\n    return x\n"]).forwards >= 1  # alone, it runs
+    finally:
+        engine.shutdown()
