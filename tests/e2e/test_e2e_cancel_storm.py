@@ -22,6 +22,7 @@ from lsp_harness import Session
 pytestmark = pytest.mark.e2e
 
 REQUESTS = 1000
+# no decode-time budget (maxDecodeMs 0): a recomputation must not be cut shorter for being slower
 SOURCE = "def area(w, h):\n    return w * h\n\n\ndef total(rects):\n    return "
 LINE = 5
 RSS_GROWTH_MB = 64  # allowed between request 100 and the last: caches are bounded; a leak grows per request
@@ -39,7 +40,7 @@ async def test_a_thousand_cancelled_requests_leave_no_blocks_no_growth_and_a_cor
     root.mkdir()
     argv = [sys.executable, "-m", "lsp_server", "--stdio", "--model", str(tiny_checkpoint), "--log-file", str(tmp_path / "server.log")]
     session = await Session.start(
-        argv, [root], init_options={"maxTokens": 8, "debounceMs": 0}, env={"GLM5_LSP_CACHE_DIR": str(tmp_path / "cache")},
+        argv, [root], init_options={"maxTokens": 8, "debounceMs": 0, "maxDecodeMs": 0}, env={"GLM5_LSP_CACHE_DIR": str(tmp_path / "cache")},
         log_file=tmp_path / "server.log",
     )
     session.root = root
@@ -69,7 +70,7 @@ async def test_a_thousand_cancelled_requests_leave_no_blocks_no_growth_and_a_cor
         # a settings change empties the type-through cache (and only it): the answer below is
         # generated, reusing whatever the storm left in the KV cache
         session.client.workspace_did_change_configuration(
-            types.DidChangeConfigurationParams(settings={"glm5": {"maxTokens": 8, "debounceMs": 1}})
+            types.DidChangeConfigurationParams(settings={"glm5": {"maxTokens": 8, "debounceMs": 1, "maxDecodeMs": 0}})
         )
         final = await session.inline(uri, LINE, column)
         await session.command("glm5.clearCache")
