@@ -80,12 +80,14 @@ async def explain_attention_at(ls: Glm5Server, uri: str, position: Any) -> dict[
         "queries": record.queries,
         "layers": record.layers,
         "indexTopk": record.index_topk,
-        **_heat_json(heat),
+        **_heat_json(heat, ls),
         "expertLoad": [list(load) for load in record.expert_load],
     }
 
 
-def _heat_json(heat: HeatMap) -> dict[str, Any]:
+def _heat_json(heat: HeatMap, ls: Glm5Server) -> dict[str, Any]:
+    """The heat map as JSON; snippet ranges in the client's position encoding."""
+    encoding = ls.state.encoding
     share = (lambda n: n / heat.total) if heat.total else (lambda n: 0.0)
     return {
         "total": heat.total,
