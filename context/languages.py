@@ -69,6 +69,13 @@ class Language:
         return _query(self, "locals")
 
     @property
+    def scopes_query(self) -> ts.Query | None:
+        """Binding patterns for `scopes.py` (names a file binds, instances, attributes); None if absent."""
+        if not (QUERY_DIR / f"{self.query_name}-scopes.scm").is_file():
+            return None
+        return _query(self, "scopes")
+
+    @property
     def globals(self) -> frozenset[str]:
         """Names every file may use without declaring them (builtins, prelude, host globals)."""
         return _globals(self.globals_name) if self.globals_name else frozenset()

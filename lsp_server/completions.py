@@ -22,12 +22,12 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from context.positions import Position
-from model_runtime.api import FinishReason, GenerationRequest
+from model_runtime.api import FinishReason
 
-from . import pipeline
+from . import candidates, pipeline
 from .errors import Glm5Error, StaleRequest, Superseded
 from .inflight import InFlight, remainder, typed_into
 from .jobs import Job
@@ -152,7 +152,11 @@ class Completions:
         if prepared.prompt is None:
             return Answer("", job.trace_id, position, snapshot.version), "empty"
         log.debug("%s: %s at %s, %d prompt tokens", job.trace_id, prepared.kind.value, position, len(prepared.prompt.ids))
-        flight = self._launch(key, snapshot, offset, prepared, job.trace_id, before, after)
+        plan = candidates.make_plan(
+            prepared, ls.settings, handle.tokenizer, ls.index, ls.open_snapshots(exclude=snapshot.uri), ls.engine.can_score
+        )
+        record.update(prepare_s=time.perf_counter() - started)
+        flight = self._launch(key, snapshot, offset, prepared, (plan, handle.tokenizer), job.trace_id, before, after)
         text = await self._follow(flight, "", job, request_id, timing)
         result = flight.done.result()
         record.update(
@@ -175,14 +179,18 @@ class Completions:
             raise StaleRequest(snapshot.uri, snapshot.version, current)
 
     # ---- generations in flight ------------------------------------------------------------
-    def _launch(self, key, snapshot, offset, prepared, request_id: str, before: str, after: str) -> InFlight:
-        """Start a generation owned by the server (it may outlive this request)."""
+    def _launch(self, key, snapshot, offset, prepared, planned: tuple[candidates.Plan, Any], request_id: str, before: str, after: str) -> InFlight:
+        """Start a generation owned by the server (it may outlive this request). A gated plan
+        (candidates, reranking) publishes only its decision (see `candidates`)."""
         ls = self._ls
+        plan, tokenizer = planned
         flight = InFlight(key[0], key[1], snapshot.version, snapshot.text, offset, prepared, request_id,
                           asyncio.get_running_loop().create_future())
         self._flights[key] = flight
 
         def on_raw(raw: str) -> None:
+            if plan.gated:
+                return
             text = pipeline.finish(prepared, raw)
             if text != flight.streamed:
                 flight.publish(text)
@@ -191,14 +199,17 @@ class Completions:
 
         async def run() -> None:
             try:
-                result = await ls.engine.generate(GenerationRequest(request_id, tuple(prepared.prompt.ids), prepared.sampling), on_raw)
+                result = await ls.engine.generate(plan.request(request_id, prepared.sampling), on_raw)
+                if result.finish_reason is FinishReason.ABORT:
+                    text = "" if plan.gated else pipeline.finish(prepared, result.text)
+                else:
+                    text = (await candidates.settle(ls.engine, plan, prepared, result, tokenizer)).text
             except BaseException as exc:
                 flight.done.set_exception(exc)
                 raise
             finally:
                 if self._flights.get(key) is flight:
                     del self._flights[key]
-            text = pipeline.finish(prepared, result.text)
             flight.publish(text)
             if result.finish_reason is not FinishReason.ABORT or text:
                 ls.cache.put(key[0], before, after, text)

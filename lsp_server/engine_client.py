@@ -145,6 +145,7 @@ class EngineClient:
         self._store: asyncio.Event | None = None  # set when the announced KV store is bound (or failed)
         self.store_wait_s = STORE_WAIT_S
         self._closed = False
+        self._scores = True
         self.state = ModelState.UNLOADED
         self.error: str | None = None
 
@@ -250,11 +251,12 @@ class EngineClient:
         `GenerationFailed`; an engine without scoring raises NotImplementedError."""
         handle = await self.ready()
         score = getattr(handle.engine, "score", None)
-        if score is None:
+        if score is None or not self._scores:
             raise NotImplementedError(f"this engine ({type(handle.engine).__name__}) does not score continuations")
         try:
             return await asyncio.to_thread(score, request, timeout)
         except NotImplementedError:
+            self._scores = False  # say so once; later plans skip what needs scores
             raise
         except (RuntimeError, TimeoutError, ValueError) as exc:
             raise GenerationFailed(f"scoring {request.request_id} failed: {exc}") from exc
@@ -320,6 +322,11 @@ class EngineClient:
         if self._handle is None or not prompt_ids:
             return None
         return await asyncio.to_thread(self._handle.engine.prefill, prompt_ids)
+
+    @property
+    def can_score(self) -> bool:
+        """Whether the engine scores continuations (False once it said it cannot)."""
+        return self._scores and self._handle is not None and getattr(self._handle.engine, "score", None) is not None
 
     async def clear_cache(self, workspace: bool = True) -> int:
         """Forget the engine's cached prefixes and persisted blocks; returns bytes freed."""

@@ -1,8 +1,9 @@
 """`lsp_server complete FILE:LINE:COL`: one completion through the server's pipeline, on stdout.
 
 Role: index the workspace, load the model, build the prompt exactly as the language server
-does (`pipeline`), generate, post-process, and stream the completion to stdout as its lines
-become final. Diagnostics (what went wrong, how long it took) go to stderr, so stdout holds
+does (`pipeline`, `candidates`), generate with the constraint and n-best, rerank the candidates
+(or abstain: then stdout stays empty) and print the completion; when the answer can only be the
+model's own text, it streams to stdout as its lines become final. Diagnostics (what went wrong, how long it took) go to stderr, so stdout holds
 only the completion text and scripts can use it as is.
 
 Invariants: LINE and COL are 1-based and COL counts characters (code points), as editors show
@@ -23,10 +24,10 @@ from context.document import Document
 from context.index import WorkspaceIndex
 from context.languages import language_for
 from context.positions import Position, utf16_length
-from model_runtime.api import FinishReason, GenerationRequest, GenerationResult, StreamEvent
+from model_runtime.api import FinishReason, GenerationResult, StreamEvent
 from model_runtime.remote.config import RemoteConfig
 
-from . import pipeline
+from . import candidates, pipeline
 from .engine_client import RuntimeOptions, embedded_model_path, load_runtime
 from .settings import ServerSettings
 
@@ -111,6 +112,7 @@ def _generate(handle, document: Document, position: Position, settings: ServerSe
         force=True, roots=[str(r) for r in index.roots],
     )
     assert prepared.prompt is not None  # force=True always builds a prompt
+    plan = candidates.make_plan(prepared, settings, handle.tokenizer, index, [], getattr(handle.engine, "score", None) is not None)
     out = _LineStreamer(prepared)
     done = threading.Event()
     box: list[GenerationResult] = []
@@ -119,16 +121,17 @@ def _generate(handle, document: Document, position: Position, settings: ServerSe
         box.append(result)
         done.set()
 
-    request = GenerationRequest("headless", tuple(prepared.prompt.ids), prepared.sampling)
-    handle.engine.submit(request, out.on_event, on_done)
+    handle.engine.submit(plan.request("headless", prepared.sampling), None if plan.gated else out.on_event, on_done)
     done.wait()
     result = box[0]
     if result.finish_reason is FinishReason.ERROR:
         print(f"lsp_server complete: generation failed: {result.error}", file=sys.stderr)
         return 1
-    out.finish(pipeline.finish(prepared, result.text))
+    decision = candidates.settle_sync(handle.engine, plan, prepared, result, handle.tokenizer)
+    out.finish(decision.text)
+    shown = "abstained: no candidate was confident" if decision.abstained else f"{len(decision.candidates)} candidates"
     print(
-        f"[{len(prepared.prompt.ids)} prompt tokens, {len(result.token_ids)} generated, "
+        f"[{len(prepared.prompt.ids)} prompt tokens, {len(result.token_ids)} generated, {shown}, "
         f"{time.perf_counter() - started:.2f} s]",
         file=sys.stderr,
     )

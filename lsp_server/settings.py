@@ -23,6 +23,13 @@ Role: one frozen `ServerSettings` value; every change makes a new one. The keys 
     dtype                 weights' dtype in the runtime: auto (float32 on the CPU, bfloat16 elsewhere),
                           float32, bfloat16 or float16
     mtp                   speculative decoding of greedy requests with the model's MTP layer
+    constraints           steer decoding with the IDE state: members, defined names, brackets,
+                          single line, token healing (`context.constraints`)
+    numCandidates         the model's n-best per completion (1 = greedy only)
+    retrieval             add candidates from the IDE state (`context.retrieval`)
+    rerank                pick among candidates with the fitted reranker (`context.rerank`);
+                          off: the highest mean log-likelihood wins
+    abstain               show nothing when the reranker is not confident (needs rerank)
     engine                a remote OpenAI-compatible engine instead of the in-process one (start-up only):
                           a URL, or {url, model, apiKeyEnv, caBundle, timeoutMs, maxConcurrency,
                           promptFormat} (`model_runtime.remote.config`); `model` then only names
@@ -66,6 +73,11 @@ class ServerSettings:
     device: str = "cpu"
     dtype: str = "auto"
     mtp: bool = False
+    constraints: bool = True
+    num_candidates: int = 4
+    retrieval: bool = True
+    rerank: bool = True
+    abstain: bool = True
     engine: RemoteConfig | None = None
 
 
@@ -98,6 +110,11 @@ _CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "device": (lambda v: isinstance(v, str) and v != "", "a torch device name"),
     "dtype": (lambda v: v in DTYPES, "one of " + ", ".join(DTYPES)),
     "mtp": (lambda v: isinstance(v, bool), "true or false"),
+    "constraints": (lambda v: isinstance(v, bool), "true or false"),
+    "num_candidates": (lambda v: _is_int(v) and 1 <= v <= 16, "an integer in 1..16"),
+    "retrieval": (lambda v: isinstance(v, bool), "true or false"),
+    "rerank": (lambda v: isinstance(v, bool), "true or false"),
+    "abstain": (lambda v: isinstance(v, bool), "true or false"),
     "engine": (lambda v: v is None or isinstance(v, str | Mapping), "a URL or an object {url, model, apiKeyEnv, ...}"),
 }
 

@@ -508,14 +508,18 @@ class Transformer(nn.Module):
         train_indexer: bool = True,
         mtp_weight: float = 0.3,
         indexer_weight: float = 1.0,
+        mtp_stride: int = 1,
     ) -> TrainOutput:
-        """LM loss (+ MTP loss on targets shifted once more, + indexer KL); targets[t] = ids[t+1]."""
+        """LM loss (+ MTP loss on targets shifted once more, + indexer KL); targets[t] = ids[t+1].
+        `mtp_stride` > 1 scores the MTP head on every n-th position only (its vocabulary
+        projection costs as much as the main head's)."""
         hidden, auxes = self.forward_dense(input_ids, sparse=sparse, train_indexer=train_indexer)
         lm_loss = _masked_ce(self.lm_head(hidden), targets, loss_mask)
         loss, mtp_loss = lm_loss, None
         if self.mtp and mtp_weight > 0:
             z, aux = self.mtp_dense(hidden, input_ids, sparse=sparse, train_indexer=train_indexer)
-            mtp_loss = _masked_ce(self.lm_head(z), targets[:, 1:], loss_mask[:, 1:])
+            pick = slice(mtp_stride - 1, None, mtp_stride)
+            mtp_loss = _masked_ce(self.lm_head(z[:, pick]), targets[:, 1:][:, pick], loss_mask[:, 1:][:, pick])
             loss = loss + mtp_weight * mtp_loss
             auxes = [*auxes, aux]
         kls = [a.indexer_kl for a in auxes if a.indexer_kl is not None]

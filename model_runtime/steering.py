@@ -138,7 +138,9 @@ class Steering:
 
     def accepted(self, seq: Sequence, logits: torch.Tensor, tokens: list[int]) -> None:
         """Record the log-probabilities and monitor state of tokens just appended; spawn branches."""
-        if not tokens:
+        if not tokens:  # the step ended the sequence without a token (a confidence cut)
+            self.branches.pop(seq.request_id, None)
+            self.proposed.pop(seq.request_id, None)
             return
         rows = logits[: len(tokens)].float()
         lse = rows.logsumexp(-1)

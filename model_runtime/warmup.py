@@ -8,8 +8,8 @@ Invariant: ordinary low-priority requests through the scheduler (so it warms exa
 completions use): user requests submitted meanwhile are admitted first and their aborts are
 handled as always; the router hooks are added and removed on the engine thread. Experts picked
 for user requests during warm-up count as hit too (they are warm as well). No new warm-up prompt
-starts while a user's request (priority >= 0) is waiting or running: the user's completion goes
-first, and the warm-up ends there.
+starts while a user's request (priority >= 0) is waiting or running: the warm-up pauses, so the
+user's completion neither shares its steps nor waits behind a warm-up prefill.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 
 from model_runtime.api import GenerationRequest, ProgressCallback, SamplingParams, WarmupReport
 from model_runtime.model import Gate
+
+PAUSE_S = 0.02  # how often a paused warm-up looks again for users' requests
 
 if TYPE_CHECKING:
     from model_runtime.engine import Engine
@@ -57,8 +59,8 @@ def run_warmup(engine: Engine, texts: list[str], progress: ProgressCallback | No
     forwards = tokens = 0
     try:
         for i, ids in enumerate(prompts):
-            if engine.call(lambda: _user_waiting(engine)):
-                break
+            while engine.call(lambda: _user_waiting(engine)):
+                time.sleep(PAUSE_S)
             request = GenerationRequest(f"warmup-{i}", tuple(ids), SamplingParams(max_tokens=4), priority=-1)
             result = engine.run(request)
             forwards += 1 + result.decode_steps

@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from training.corpus import DEFAULT_MANIFEST, REPO_ROOT, Document, load_documents
-from training.samples import LiteralEncoder, Sample, SampleConfig, document_samples
+from training.samples import MIDDLES, LiteralEncoder, Sample, SampleConfig, document_samples
 from training.snippets import SiblingIndex
 from training.tokenizer import DEFAULT_OUT as DEFAULT_TOKENIZER
 
@@ -218,11 +218,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fim-rate", type=float, default=defaults.fim_rate)
     parser.add_argument("--spm-rate", type=float, default=defaults.spm_rate)
     parser.add_argument("--snippet-rate", type=float, default=defaults.snippet_rate)
+    parser.add_argument("--middle", choices=MIDDLES, default=defaults.middle,
+                        help="FIM middles: editor-like spans (mixed) or whole lines only (lines)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--epochs", type=int, default=1, help="passes over the split, each with fresh FIM draws")
     parser.add_argument("--max-tokens", type=int, default=0, help="stop after about this many tokens (0: all)")
     args = parser.parse_args(argv)
-    cfg = SampleConfig(seq_len=args.seq_len, fim_rate=args.fim_rate, spm_rate=args.spm_rate, snippet_rate=args.snippet_rate)
+    cfg = SampleConfig(seq_len=args.seq_len, fim_rate=args.fim_rate, spm_rate=args.spm_rate, snippet_rate=args.snippet_rate,
+                       middle=args.middle)
     out = args.out or DEFAULT_SHARDS / args.split
     index = build(args.manifest, args.tokenizer, out, cfg, BuildConfig(args.split, args.seed, args.epochs, args.max_tokens), progress=True)
     print()

@@ -149,7 +149,7 @@ def _completer(args: argparse.Namespace) -> tuple[Completer, object | None]:
         return BASELINES[args.completer], None
     from model_runtime.runtime import load_model
 
-    loaded = load_model(args.model)
+    loaded = load_model(args.model, device=args.device)
     args.context = args.context or loaded.config.max_position_embeddings
     return ModelCompleter(loaded, args.context, batch_size=args.batch_size), loaded
 
@@ -186,6 +186,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--context", type=int, help="model context (default: the checkpoint's max_position_embeddings)")
     parser.add_argument("--batch-size", type=int, default=16, help="prompts decoded together")
+    parser.add_argument("--device", default="cpu", help="where the model runs (cpu or cuda)")
     parser.add_argument("--jobs", type=int, default=2, help="HumanEval programs run in parallel")
     parser.add_argument("--out", type=Path, help="also write the results JSON here")
     args = parser.parse_args(argv)

@@ -41,6 +41,7 @@ SAFETY_TOKENS = 8  # re-tokenizing at cut points can add a token or two per cut
 MIN_WINDOW_TOKENS = 64  # a smaller free space is not worth a window of its own
 SCAFFOLD_TOKENS = 6  # [gMASK] <sop> and three <|code_*|> before, <|endoftext|> after
 LANGUAGE = "python"
+MIDDLES = ("mixed", "lines")
 
 
 class Mode(str, Enum):
@@ -59,8 +60,11 @@ class SampleConfig:
     empty_middle_rate: float = 0.02
     max_block_lines: int = 10
     max_span_chars: int = 256
+    middle: str = "mixed"  # "mixed": editor-like spans; "lines": whole lines only (line-level FIM)
 
     def __post_init__(self) -> None:
+        if self.middle not in MIDDLES:
+            raise ValueError(f"middle must be one of {', '.join(MIDDLES)}, got {self.middle!r}")
         if self.seq_len < 128:
             raise ValueError(f"seq_len must be >= 128, got {self.seq_len}")
         for name in ("fim_rate", "spm_rate", "snippet_rate", "header_fraction", "empty_middle_rate"):
@@ -131,6 +135,8 @@ def choose_middle(text: str, rng: random.Random, cfg: SampleConfig) -> tuple[int
     """(start, end) of the span to hide, favouring what an editor user completes."""
     lines = _line_spans(text)
     content = [i for i, (s, e) in enumerate(lines) if text[s:e].strip()]
+    if cfg.middle == "lines":
+        return _whole_lines(lines, content, rng, cfg)
     if not content or rng.random() < cfg.empty_middle_rate:
         pos = rng.randint(0, len(text))
         return pos, pos
@@ -147,6 +153,18 @@ def choose_middle(text: str, rng: random.Random, cfg: SampleConfig) -> tuple[int
         return start, lines[min(len(lines) - 1, i + n - 1)][1]
     pos = rng.randint(0, len(text) - 1)
     return pos, min(len(text), pos + rng.randint(1, cfg.max_span_chars))
+
+
+def _whole_lines(lines: list[tuple[int, int]], content: list[int], rng: random.Random, cfg: SampleConfig) -> tuple[int, int]:
+    """Line-level FIM (as in FIM-SE): the middle starts at a line start and ends at a line end
+    (its newline stays in the suffix, as in the evaluation's holes), so no partial token is
+    predicted. Mostly one line, sometimes a small block; an empty middle sits at a line start."""
+    if not content or rng.random() < cfg.empty_middle_rate:
+        start = rng.choice(lines)[0] if lines else 0
+        return start, start
+    i = rng.choice(content)
+    n = 1 if rng.random() < 0.7 else min(cfg.max_block_lines, 2 + int(rng.expovariate(1 / 2.5)))
+    return lines[i][0], lines[min(len(lines) - 1, i + n - 1)][1]
 
 
 def _line_spans(text: str) -> list[tuple[int, int]]:

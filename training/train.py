@@ -38,6 +38,7 @@ from model_runtime.model import Transformer, init_weights
 from model_runtime.tokenizer import GlmTokenizer
 from training import checkpoint
 from training.balance import BiasBalancer
+from training.muon import MuonAdamW, muon_groups
 from training.data import DEFAULT_SHARDS
 from training.presets import PRESETS, model_config, parameter_counts
 from training.progress import Progress
@@ -45,7 +46,7 @@ from training.schedule import LrSchedule, Phase, dsa_phase
 from training.stream import BatchStream, PackedDataset
 from training.tokenizer import DEFAULT_OUT as DEFAULT_TOKENIZER
 
-RESUME_KEYS = ("model", "batch_size", "grad_accum", "seed", "data", "total_steps")
+RESUME_KEYS = ("model", "batch_size", "grad_accum", "seed", "data", "total_steps", "optimizer", "init_from")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
@@ -70,6 +71,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--indexer-weight", type=float, default=1.0)
     p.add_argument("--indexer-every", type=int, default=1,
                    help="train the DSA indexer (KL) on every N-th step only; its path costs ~2x a step on CPU")
+    p.add_argument("--mtp-stride", type=int, default=1, help="score the MTP head on every N-th position only")
+    p.add_argument("--optimizer", choices=("adamw", "muon"), default="adamw",
+                   help="muon: Muon for the block matrices, AdamW for the rest (training.muon)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the training forward")
+    p.add_argument("--init-from", type=Path, help="start from this exported checkpoint's weights (same preset and tokenizer)")
     p.add_argument("--bias-update-rate", type=float, default=1e-3, help="MoE routing-bias step per update")
     p.add_argument("--init-std", type=float, default=0.02)
     p.add_argument("--seed", type=int, default=0)
@@ -83,8 +89,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.total_tokens <= 0 and args.time_budget <= 0:
         p.error("give --total-tokens or --time-budget (or both)")
-    if args.indexer_every < 1:
-        p.error("--indexer-every must be >= 1")
+    if args.indexer_every < 1 or args.mtp_stride < 1:
+        p.error("--indexer-every and --mtp-stride must be >= 1")
     return args
 
 
@@ -103,14 +109,18 @@ class Trainer:
         torch.manual_seed(args.seed)
         self.model = Transformer(self.cfg)
         init_weights(self.model, args.init_std)
+        if args.init_from is not None:
+            _load_init(self.model, self.cfg, args.init_from)
         self.model.to(self.device).train()
-        self.optimizer = _adamw(self.model, args)
+        self.forward_train = torch.compile(self.model.forward_train) if args.compile else self.model.forward_train
+        self.optimizer = _optimizer(self.model, args)
         self.balancer = BiasBalancer(self.model, args.bias_update_rate)
         self.tokens_per_step = args.batch_size * args.grad_accum * self.context
         total_steps = math.ceil(args.total_tokens / self.tokens_per_step) if args.total_tokens else 0
         self.run_config = {
             "model": self.cfg.to_dict(), "preset": args.preset, "batch_size": args.batch_size,
-            "grad_accum": args.grad_accum, "seed": args.seed, "total_steps": total_steps,
+            "grad_accum": args.grad_accum, "seed": args.seed, "total_steps": total_steps, "optimizer": args.optimizer,
+            "init_from": str(args.init_from) if args.init_from else None,
             "data": self.train_data.index["tokenizer_sha256"] + f":{len(self.train_data)}",
         }
         self.ckpt_path = args.run_dir / "checkpoint.pt"
@@ -145,9 +155,9 @@ class Trainer:
             ids = torch.from_numpy(tokens).to(self.device)
             loss_mask = torch.from_numpy(mask[:, 1:]).to(self.device)
             with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=args.bf16):
-                out = self.model.forward_train(
+                out = self.forward_train(
                     ids[:, :-1], ids[:, 1:], loss_mask, sparse=phase.sparse, train_indexer=train_indexer,
-                    mtp_weight=args.mtp_weight, indexer_weight=args.indexer_weight,
+                    mtp_weight=args.mtp_weight, indexer_weight=args.indexer_weight, mtp_stride=args.mtp_stride,
                 )
             (out.loss / args.grad_accum).backward()
             self.balancer.observe()
@@ -259,11 +269,24 @@ def _hardware(device: torch.device) -> str:
     return f"{cpu}, {torch.get_num_threads()} threads, torch {torch.__version__}"
 
 
-def _adamw(model: torch.nn.Module, args: argparse.Namespace) -> torch.optim.AdamW:
+def _optimizer(model: torch.nn.Module, args: argparse.Namespace) -> torch.optim.Optimizer:
+    if args.optimizer == "muon":
+        return MuonAdamW(muon_groups(model, args.weight_decay), lr=args.lr)
     decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
     rest = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
     groups = [{"params": decay, "weight_decay": args.weight_decay}, {"params": rest, "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
+
+
+def _load_init(model: Transformer, cfg, path: Path) -> None:
+    """Copy an exported checkpoint's weights (and routing biases) into `model`."""
+    from model_runtime.loader import load_weights
+
+    source, source_cfg = load_weights(path)
+    if source_cfg.to_dict() != cfg.to_dict():
+        differ = sorted(k for k, v in cfg.to_dict().items() if source_cfg.to_dict().get(k) != v)
+        raise checkpoint.CheckpointError(f"{path}: its config differs from this run's in {', '.join(differ)}")
+    model.load_state_dict(source.state_dict())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,10 +1,13 @@
 """`workspace/executeCommand`: glm5.explainContext, glm5.stats, glm5.clearCache, glm5.applyFix,
 glm5.didAcceptCompletion.
 
-- `glm5.explainContext {uri, position?}` -> what the model would see for a completion there
-  (at the last known cursor of the document when `position` is left out):
+- `glm5.explainContext {uri, position?, candidates?}` -> what the model would see for a completion
+  there (at the last known cursor of the document when `position` is left out):
   `{prompt, kind, tokens: {...counts, total}, snippets: [{uri, range, reason, detail, tokens}],
-  budget}`. Builds the prompt exactly as a completion would, without generating.
+  budget}`, built exactly as a completion would; unless `candidates` is false, the completion is
+  also run: `completion`, `abstained`, `scored`, `candidates: [{text, sources, modelRank,
+  logprob, tokens, score, features, chosen}]` and `constraint: {healPrefix, singleLine,
+  openBrackets, memberScopes, definedNames, report}` (report: which rules fired).
 - `glm5.stats [{recent: N}]` -> completion outcomes, latency percentiles, prefill accounting,
   telemetry counts, cache counters, model state, the engine's `EngineStats` and the index
   (roots, files, files left out and why); with `recent`, the last N request records too.
@@ -25,7 +28,7 @@ from context.document import DocumentSnapshot
 from lsprotocol import types
 from pygls.uris import from_fs_path
 
-from .. import convert
+from .. import candidates, convert
 from ..errors import InvalidParams
 from .code_actions import APPLY_FIX, compute, workspace_edit
 from .inline_completion import ACCEPT_COMMAND
@@ -49,7 +52,7 @@ def register(ls: Glm5Server) -> None:
             position = cursor
         else:
             raise InvalidParams(f"glm5.explainContext: no position given and no known cursor in {uri}")
-        return await explain(ls, uri, position)
+        return await explain(ls, uri, position, bool(raw.get("candidates", True)))
 
     @ls.command("glm5.stats")
     async def stats(ls: Glm5Server, *args: Any) -> dict[str, Any]:
@@ -93,14 +96,21 @@ def register(ls: Glm5Server) -> None:
         ls.stats.telemetry_event("accepted", str(raw["completionId"]))
 
 
-async def explain(ls: Glm5Server, uri: str, position: Any) -> dict[str, Any]:
+async def explain(ls: Glm5Server, uri: str, position: Any, run: bool = True) -> dict[str, Any]:
+    """What the model sees at `position`; with `run`, also the completion run there: its
+    candidates, their scores and what the constraint did (`candidates.explain`)."""
     snapshot, encoding = ls.snapshot(uri), ls.state.encoding
     handle = await ls.engine.ready()
     prepared = await asyncio.to_thread(ls.prepare_later(with_own_tree(snapshot), position, handle, force=True))
     prompt = prepared.prompt
     if prompt is None:  # forced prompts exist everywhere except on a line too long to complete
         raise InvalidParams(f"glm5.explainContext: no prompt at {position}: the line is too long to complete")
+    outcome: dict[str, Any] = {}
+    if run:
+        plan = candidates.make_plan(prepared, ls.settings, handle.tokenizer, ls.index, ls.open_snapshots(exclude=uri), ls.engine.can_score)
+        outcome = await candidates.explain(ls.engine, prepared, plan, handle.tokenizer, f"explain-{snapshot.version}-{id(plan)}")
     return {
+        **outcome,
         "uri": uri,
         "version": snapshot.version,
         "position": lsp_json(encoding.position_out(snapshot.lines, prepared.position)),

@@ -162,12 +162,14 @@ class RemoteEngine:
         return 0
 
     def score(self, request: ScoreRequest, timeout: float = 30.0) -> list[ContinuationScore]:
-        """Log-probabilities of each continuation after the prompt, from the endpoint's prompt
-        logprobs (`echo` + `logprobs`, all continuations in one batched request). `Unsupported`
-        (a NotImplementedError) when the endpoint gives none; other failures are RuntimeError,
-        TimeoutError past `timeout`."""
+        """Log-probabilities of each continuation after the prompt: `glm5-serve` scores them in
+        one batched forward over the prompt's KV blocks (`/glm5/score`); other endpoints through
+        their prompt logprobs (`echo` + `logprobs`, all continuations in one batched request).
+        `Unsupported` (a NotImplementedError) when the endpoint gives none; other failures are
+        RuntimeError, TimeoutError past `timeout`."""
+        daemon = self.card is not None and self.card.is_glm5_daemon
         try:
-            return self.call(self._score(request), timeout)
+            return self.call(self._score_on_daemon(request) if daemon else self._score(request), timeout)
         except Unsupported:
             raise
         except RemoteError as exc:
@@ -253,6 +255,13 @@ class RemoteEngine:
         usage_of(answer, usage)
         return GenerationResult("warm", (), "", FinishReason.LENGTH, usage.prompt_tokens, usage.cached_tokens,
                                 usage.prompt_tokens - usage.cached_tokens)
+
+    async def _score_on_daemon(self, request: ScoreRequest) -> list[ContinuationScore]:
+        body = {"prompt": list(request.prompt_ids), "continuations": [list(c) for c in request.continuations]}
+        scores = (await self._post("/glm5/score", body)).get("scores")
+        if not isinstance(scores, list) or len(scores) != len(request.continuations):
+            raise ProtocolViolation(f"/glm5/score: expected {len(request.continuations)} scores, got {str(scores)[:120]}")
+        return [ContinuationScore(float(s["logprob"]), int(s["num_tokens"]), tuple(s["token_logprobs"])) for s in scores]
 
     async def _score(self, request: ScoreRequest) -> list[ContinuationScore]:
         prompt = list(request.prompt_ids)

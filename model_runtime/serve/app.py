@@ -3,12 +3,13 @@
 Role: `build_app(service, api_key)` serves `/v1/completions` (streamed with SSE or not; prompt as
 text or token ids), `/v1/models`, `/tokenize`, `/detokenize`, `/health`, `/metrics` (Prometheus
 text) and, for language servers that share this daemon, `/glm5/warmup`, `/glm5/prefill`,
-`/glm5/workspace`, `/glm5/persist`, `/glm5/cache/clear` and `/glm5/stats`.
+`/glm5/workspace`, `/glm5/persist`, `/glm5/cache/clear`, `/glm5/score` and `/glm5/stats`.
 
 Invariants:
 - With an API key, every route but `/health` needs `Authorization: Bearer <key>` (401 otherwise).
 - A client that disconnects aborts its requests in the engine: a stream is cancelled by
-  Starlette, a plain request by `_until_disconnect`.
+  Starlette, a plain request by `_until_disconnect`; the engine streams are closed with
+  `aclosing`, so the abort runs at once wherever the handler was cancelled.
 - Errors are `{"error": {message, type, param, code}}` with the HTTP status in `code`.
 """
 
@@ -19,6 +20,7 @@ import json
 import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
 from dataclasses import asdict
 from typing import Any
 
@@ -28,7 +30,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from model_runtime.api import FinishReason, GenerationRequest, GenerationResult
+from model_runtime.api import FinishReason, GenerationRequest, GenerationResult, ScoreRequest
 from model_runtime.serve import protocol
 from model_runtime.serve.metrics import render_metrics
 from model_runtime.serve.protocol import ApiError, CompletionParams
@@ -55,6 +57,7 @@ def build_app(service: EngineService, api_key: str | None = None) -> ASGIApp:
         route("/glm5/warmup", warmup, "POST"), route("/glm5/prefill", prefill, "POST"),
         route("/glm5/workspace", workspace, "POST"), route("/glm5/persist", persist, "POST"),
         route("/glm5/cache/clear", clear_cache, "POST"), route("/glm5/stats", stats, "GET"),
+        route("/glm5/score", score, "POST"),
     ]
     app = Starlette(routes=routes)
     return BearerAuth(app, api_key) if api_key else app
@@ -130,9 +133,10 @@ def _check_prompt(service: EngineService, ids: list[int], max_tokens: int) -> No
 async def _run(service: EngineService, rid: str, params: CompletionParams, ids: list[int]) -> GenerationResult:
     if params.sampling.max_tokens == 0:
         return GenerationResult(rid, (), "", FinishReason.LENGTH, prompt_tokens=len(ids))
-    async for item in service.generate(GenerationRequest(rid, tuple(ids), params.sampling)):
-        if isinstance(item, GenerationResult):
-            return _checked(item)
+    async with aclosing(service.generate(GenerationRequest(rid, tuple(ids), params.sampling))) as items:
+        async for item in items:
+            if isinstance(item, GenerationResult):
+                return _checked(item)
     raise RuntimeError(f"request {rid} ended without a result")
 
 
@@ -154,14 +158,15 @@ async def _stream(service: EngineService, rid: str, params: CompletionParams, id
     result = GenerationResult(rid, (), "", FinishReason.LENGTH, prompt_tokens=len(ids))
     if params.sampling.max_tokens > 0:
         try:
-            async for item in service.generate(GenerationRequest(rid, tuple(ids), params.sampling)):
-                if isinstance(item, GenerationResult):
-                    result = _checked(item)
-                elif item.text.startswith(sent) and len(item.text) > len(sent):
-                    done = len(out)
-                    out += item.new_token_ids
-                    yield chunk(item.text[len(sent) :], None, await _span(service, params, ids + out, len(ids) + done))
-                    sent = item.text
+            async with aclosing(service.generate(GenerationRequest(rid, tuple(ids), params.sampling))) as items:
+                async for item in items:
+                    if isinstance(item, GenerationResult):
+                        result = _checked(item)
+                    elif item.text.startswith(sent) and len(item.text) > len(sent):
+                        done = len(out)
+                        out += item.new_token_ids
+                        yield chunk(item.text[len(sent) :], None, await _span(service, params, ids + out, len(ids) + done))
+                        sent = item.text
         except ApiError as exc:
             yield f"data: {json.dumps(exc.body())}\n\n"
             return
@@ -275,6 +280,22 @@ async def persist(request: Request, service: EngineService) -> Response:
 async def clear_cache(request: Request, service: EngineService) -> Response:
     every = not bool((await _json(request)).get("workspace", True))
     return JSONResponse({"bytes": await asyncio.to_thread(service.engine.clear_cache, not every)})
+
+
+async def score(request: Request, service: EngineService) -> Response:
+    """`Engine.score`: continuations of one prompt in one batched forward over its KV blocks."""
+    body = await _json(request)
+    prompt = _field(body, "prompt", lambda v: _ids(v) and bool(v), "a non-empty list of token ids")
+    continuations = _field(body, "continuations", lambda v: isinstance(v, list) and all(_ids(c) for c in v), "a list of token-id lists")
+    longest = max((len(c) for c in continuations), default=0)
+    _check_prompt(service, prompt, longest)
+    for c in continuations:
+        try:
+            service.check_ids(c)
+        except ValueError as exc:
+            raise ApiError(str(exc), param="continuations") from exc
+    scored = await asyncio.to_thread(service.engine.score, ScoreRequest(service.request_id(), tuple(prompt), tuple(tuple(c) for c in continuations)))
+    return JSONResponse({"scores": [asdict(s) for s in scored]})
 
 
 async def stats(request: Request, service: EngineService) -> Response:

@@ -8,8 +8,9 @@ tests need (open a file, go to a line, run a command, read the status bar and th
 chromium; the Python test extra installs Playwright, which never downloads a browser here.
 
 Invariants: nothing is written outside the test's temporary folder (code-server gets its own
-HOME, XDG folders, user data and extensions folders); code-server and the browser are always
-stopped, also when a test fails; every wait has a deadline.
+HOME, XDG folders, user data and extensions folders); code-server, with every process it
+started (its own process group), and the browser are always stopped, also when a test fails;
+every wait has a deadline.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -135,7 +137,9 @@ class CodeServer:
             *self._args(), "--auth", "none", "--bind-addr", f"127.0.0.1:{self.port}",
             "--disable-telemetry", "--disable-update-check", "--disable-workspace-trust", "--disable-getting-started-override",
         ]
-        self.process = subprocess.Popen(args, env=self.env, stdout=self.log.open("w"), stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(
+            args, env=self.env, stdout=self.log.open("w"), stderr=subprocess.STDOUT, start_new_session=True
+        )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             assert self.process.poll() is None, f"code-server exited: {self.log.read_text()[-3000:]}"
@@ -147,13 +151,24 @@ class CodeServer:
         raise AssertionError(f"code-server did not answer within {timeout_s} s: {self.log.read_text()[-3000:]}")
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        """Stop code-server and everything it started (extension host, language server): its
+        own process group, so no extension host outlives a failed test."""
+        if self.process is None:
+            return
+        self._signal_group(signal.SIGTERM)
+        try:
+            self.process.wait(10)
+            time.sleep(0.5)  # the extension host and the server end with it
+        except subprocess.TimeoutExpired:
+            pass
+        self._signal_group(signal.SIGKILL)
+        self.process.wait(10)
+
+    def _signal_group(self, sig: signal.Signals) -> None:
+        try:
+            os.killpg(self.process.pid, sig)
+        except ProcessLookupError:
+            pass
 
     def extension_logs(self) -> str:
         """The extension's output channel (the server's stderr and the client's messages)."""
@@ -256,7 +271,9 @@ def workbench(server: CodeServer, folder: Path) -> Iterator[Workbench]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium(), headless=True, args=["--no-sandbox"])
+        browser = playwright.chromium.launch(
+            executable_path=chromium(), headless=True, args=["--no-sandbox", "--disable-dev-shm-usage"]
+        )
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 660}, device_scale_factor=1)
             page.goto(f"http://127.0.0.1:{server.port}/?folder={folder}", wait_until="domcontentloaded")

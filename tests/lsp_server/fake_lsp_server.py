@@ -10,6 +10,8 @@ environment variable GLM5_FAKE, a JSON object:
     store_s  seconds binding the workspace's KV store takes (default 0.0)
     fail     make loading fail with this message
     no_model start without any model (no --model, no embedded default)
+    scores   [[substring, logprob per token], ...]: the engine also scores continuations
+             (`scoring_fakes.ScoringFakeEngine`; `score_default` for the rest, default -5.0)
     watcher_fails  the file watcher's start raises (as on a vanished root or the inotify limit)
     stats_gate     a path: the engine's cache_stats blocks until that file exists (at most 60 s)
     log      log file path
@@ -24,6 +26,7 @@ import time
 from pathlib import Path
 
 from lsp_fakes import FakeEngine, byte_tokenizer
+from scoring_fakes import ScoringFakeEngine
 
 from context.watcher import IndexWatcher
 from lsp_server import startup
@@ -49,7 +52,12 @@ def main() -> None:
         time.sleep(config.get("load_s", 0.0))
         if config.get("fail"):
             raise RuntimeError(config["fail"])
-        engine = FakeEngine(tokenizer, script, step_s=config.get("step_s", 0.0), store_s=config.get("store_s", 0.0))
+        step_s, store_s = config.get("step_s", 0.0), config.get("store_s", 0.0)
+        if "scores" in config:
+            rules = [(needle, float(lp)) for needle, lp in config["scores"]]
+            engine = ScoringFakeEngine(tokenizer, script, rules, float(config.get("score_default", -5.0)), step_s, store_s)
+        else:
+            engine = FakeEngine(tokenizer, script, step_s=step_s, store_s=store_s)
         if config.get("stats_gate"):
             engine.cache_stats = _gated(engine.cache_stats, Path(config["stats_gate"]))
         return ModelHandle(engine, tokenizer, path, 8192)

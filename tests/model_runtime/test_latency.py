@@ -61,16 +61,14 @@ def test_confidence_only_cuts_after_a_complete_line():
     assert not confidence_collapsed(SamplingParams(), "x = 1\n", logits, 0)  # off by default
 
 
-def test_the_warm_up_yields_to_a_waiting_completion(tiny):
+def test_the_warm_up_pauses_while_a_completion_waits(tiny):
     engine = Engine(tiny, EngineConfig(block_size=16, max_cache_tokens=1024)).start()
     try:
-        done = []
-        engine.submit(GenerationRequest("user", tuple(range(3, 60)), SamplingParams(max_tokens=4)), None, done.append)
-        report = engine.warmup(["def f(x):\n    return x\n"] * 4)  # queued behind the user's request
-        assert report.forwards == 0 and report.tokens == 0
-        while not done:  # the user's request runs on: wait for it, one engine step at a time
-            engine.call(lambda: None)
-        assert done and done[0].finish_reason in (FinishReason.LENGTH, FinishReason.STOP) and done[0].token_ids
-        assert engine.warmup(["def f(x):\n    return x\n"]).forwards >= 1  # alone, it runs
+        order: list[str] = []
+        engine.submit(GenerationRequest("user", tuple(range(3, 60)), SamplingParams(max_tokens=12, stop_token_ids=())), None,
+                      lambda r: order.append(f"user {r.finish_reason.value}"))
+        report = engine.warmup(["def f(x):\n    return x\n"] * 3, lambda f, m: order.append("warm-up"))  # queued behind
+        assert order[0] in ("user length", "user stop") and order[1:] == ["warm-up"] * 3
+        assert report.forwards >= 3  # paused, not abandoned
     finally:
         engine.shutdown()

@@ -110,6 +110,16 @@ def test_bad_requests_get_vllm_shaped_errors(daemon, client, tiny_checkpoint):
     assert response.status_code == 400 and response.json()["error"]["type"] == "BadRequestError"
 
 
+def test_glm5_score_checks_its_input(daemon):
+    headers = {"Authorization": f"Bearer {KEY}"}
+    for body, param in [({"prompt": [1, 2], "continuations": "x"}, "continuations"), ({"prompt": [], "continuations": [[1]]}, "prompt"),
+                        ({"prompt": [1], "continuations": [[10**6]]}, "continuations")]:
+        response = httpx.post(daemon.url + "/glm5/score", json=body, headers=headers)
+        assert response.status_code == 400 and response.json()["error"]["param"] == param
+    ok = httpx.post(daemon.url + "/glm5/score", json={"prompt": [1, 2], "continuations": [[3], []]}, headers=headers).json()
+    assert [s["num_tokens"] for s in ok["scores"]] == [1, 0] and ok["scores"][0]["logprob"] <= 0
+
+
 def test_bearer_auth_guards_everything_but_health(daemon, tiny_checkpoint):
     with openai.OpenAI(base_url=daemon.url + "/v1", api_key="wrong", max_retries=0) as bad:
         with pytest.raises(openai.AuthenticationError):

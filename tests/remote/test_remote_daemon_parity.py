@@ -46,15 +46,18 @@ def test_remote_tokenizer_matches_the_checkpoints(daemon, tiny_checkpoint, local
 def test_score_from_echoed_logprobs_equals_the_in_process_model(daemon, tiny_checkpoint, local):
     prompt = local.encode("def main():\n    return")
     continuations = [local.encode(" 0\n"), local.encode(" None"), ()]
+    request = ScoreRequest("s", tuple(prompt), tuple(tuple(c) for c in continuations))
     engine = RemoteEngine(RemoteConfig(daemon.url)).start()
     try:
-        scores = engine.score(ScoreRequest("s", tuple(prompt), tuple(tuple(c) for c in continuations)))
+        batched = engine.score(request)  # glm5-serve: /glm5/score, one forward over the shared prefix
+        echoed = engine.call(engine._score(request))  # what vLLM gives: echo + logprobs
     finally:
         engine.shutdown()
     model = load_model(tiny_checkpoint)
-    assert [s.num_tokens for s in scores] == [len(c) for c in continuations]
-    for score, continuation in zip(scores, continuations, strict=True):
-        logprobs = torch.log_softmax(model.logits(prompt + list(continuation)).float(), dim=-1)
-        expected = [float(logprobs[len(prompt) - 1 + i, t]) for i, t in enumerate(continuation)]
-        assert score.token_logprobs == pytest.approx(expected, abs=1e-3)
-        assert score.logprob == pytest.approx(sum(expected), abs=1e-3)
+    for scores in (batched, echoed):
+        assert [s.num_tokens for s in scores] == [len(c) for c in continuations]
+        for score, continuation in zip(scores, continuations, strict=True):
+            logprobs = torch.log_softmax(model.logits(prompt + list(continuation)).float(), dim=-1)
+            expected = [float(logprobs[len(prompt) - 1 + i, t]) for i, t in enumerate(continuation)]
+            assert score.token_logprobs == pytest.approx(expected, abs=1e-3)
+            assert score.logprob == pytest.approx(sum(expected), abs=1e-3)

@@ -164,8 +164,10 @@ async def test_bad_auth_is_a_clear_message_naming_the_variable(tiny_checkpoint, 
         status = await session.wait_for(lambda: [s for s in session.messages("glm5/status") if s["state"] == "error"], 60, "an error status")
         message = status[-1]["message"]
         assert "HTTP 401" in message and "GLM5_TEST_ENGINE_KEY" in message and "wrong-key" not in message
-        shown = [m.message for m in session.messages("window/showMessage")]
-        assert any("GLM5_TEST_ENGINE_KEY" in m for m in shown)
+        shown = await session.wait_for(
+            lambda: [m.message for m in session.messages("window/showMessage") if "GLM5_TEST_ENGINE_KEY" in m.message], 30, "the message",
+        )
+        assert "wrong-key" not in shown[0]
     finally:
         assert await session.stop() == 0
         d.stop()

@@ -145,3 +145,42 @@ def test_config_rejects_out_of_range_values():
         SampleConfig(fim_rate=1.5)
     with pytest.raises(ValueError, match="seq_len"):
         SampleConfig(seq_len=16)
+
+
+def fim_parts(ids: list[int], enc: LiteralEncoder) -> tuple[str, str, str]:
+    """(prefix, middle, suffix) of a FIM sample, read back from its ids."""
+    sp = enc.special
+    body = ids[2:-1]
+    at = {n: body.index(sp.require(n)) for n in ("code_prefix", "code_suffix", "code_middle")}
+    pre, suf, mid = at["code_prefix"], at["code_suffix"], at["code_middle"]
+    prefix_end, suffix_end = (mid, pre) if suf < pre else (suf, mid)
+    return enc.decode(body[pre + 1 : prefix_end]), enc.decode(body[mid + 1 :]), enc.decode(body[suf + 1 : suffix_end])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_line_level_fim_middles_are_whole_lines(tokenizer_dir, seed):
+    enc = LiteralEncoder(tokenizer_dir)
+    cfg = SampleConfig(seq_len=200, fim_rate=1.0, snippet_rate=0.0, middle="lines", empty_middle_rate=0.1)
+    text = long_document()
+    samples = samples_of(text, enc, cfg, seed)
+    parts = [fim_parts(s.ids, enc) for s in samples]
+    assert len(parts) > 5 and "".join(p + m + s for p, m, s in parts) == text
+    lines = set(text.splitlines())
+    for prefix, middle, suffix in parts:
+        assert prefix == "" or prefix.endswith("\n"), (prefix[-20:], middle)
+        assert middle == "" or suffix == "" or suffix.startswith("\n"), (middle, suffix[:20])
+        assert all(line in lines for line in middle.split("\n")), middle
+    middles = [m for _, m, _ in parts]
+    assert any(m == "" for m in middles) and any("\n" in m for m in middles)
+    assert any(m and "\n" not in m for m in middles)
+
+
+def test_mixed_middles_cut_inside_lines_where_line_level_ones_never_do():
+    text = long_document()
+    starts = {0} | {i + 1 for i, c in enumerate(text) if c == "\n"}
+    for middle, inside in (("mixed", True), ("lines", False)):
+        rng, cfg = random.Random(1), SampleConfig(middle=middle)
+        spans = [choose_middle(text, rng, cfg) for _ in range(500)]
+        assert any(a not in starts for a, _ in spans) is inside
+    with pytest.raises(ValueError, match="middle"):
+        SampleConfig(middle="words")

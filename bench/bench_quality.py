@@ -1,0 +1,242 @@
+"""Completion quality, side by side: baselines, today's model, each issue-11 component, all together.
+
+Every neural row is a real `lsp_server --stdio` (`quality_client.RowServer`) with its settings
+in `initializationOptions`; the items (`quality_sets`) are asked of every row in turn, so load
+changes hit all rows alike. The non-neural baselines run in-process on the same items:
+- previous line: the nearest non-blank line above the hole;
+- line after the most similar line: `context.retrieval.similar_lines` (this file and the files
+  it imports, is imported by, or shares a directory with), re-indented to the hole;
+- most similar context: the line of the file whose neighbours best match the hole's
+  (`training.baselines.similar_line`, the README's earlier baseline).
+
+Metrics per set and row: exact match (trailing whitespace ignored, indentation counted),
+first-identifier match, edit similarity (1 - Levenshtein / longer length), pass@1 (HumanEval,
+running the tests with the line as completed; an abstention leaves the line blank), show rate
+(non-empty answers), precision when shown (exact among shown), p50/p95 latency of the LSP
+request (ms; baselines: none). An abstention counts as a miss in every accuracy column. The
+"all" row is asked through `glm5.explainContext` (the same completion, plus every candidate's
+score), which also gives the row "all, no abstaining": the best-scored candidate, shown always.
+
+Usage: python bench/bench_quality.py [--model DIR] [--humaneval 32] [--heldout-files 8 --per-file 4]
+                                     [--repo 10] [--rows plain,constraints,...] [--out runs/quality.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from bench.quality_client import RowServer
+from bench.quality_sets import EVAL_PACKAGES, Item, heldout_items, humaneval_items, package_items
+from context.classify import CompletionKind
+from context.constraints import build_site
+from context.document import Document
+from context.index import WorkspaceIndex
+from context.members import disk_reader
+from context.positions import Position
+from context.retrieval import previous_line, similar_lines
+from training import baselines, humaneval
+from training.holes import Hole
+
+REPO = Path(__file__).resolve().parents[1]
+OFF = {"constraints": False, "numCandidates": 1, "retrieval": False, "rerank": False, "abstain": False}
+ROWS: dict[str, dict[str, object]] = {
+    "plain model (today)": OFF,
+    "constraints": {**OFF, "constraints": True},
+    "candidates": {**OFF, "numCandidates": 4, "retrieval": True},
+    "reranking": {**OFF, "numCandidates": 4, "rerank": True, "abstain": True},
+    "all": {"constraints": True, "numCandidates": 4, "retrieval": True, "rerank": True, "abstain": True},
+}
+NO_ABSTAIN = "all, no abstaining"  # derived from the "all" server's explainContext (the best-scored candidate)
+BASELINE_ROWS = ("baseline: previous line", "baseline: line after most similar", "baseline: most similar context")
+_IDENT = re.compile(r"[A-Za-z_]\w*")
+
+
+def first_identifier(text: str) -> str:
+    match = _IDENT.search(text)
+    return match.group() if match else ""
+
+
+def edit_similarity(a: str, b: str) -> float:
+    if not a and not b:
+        return 1.0
+    previous = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        current = [i]
+        for j, cb in enumerate(b, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ca != cb)))
+        previous = current
+    return 1 - previous[-1] / max(len(a), len(b))
+
+
+def baseline_answers(item: Item, indexes: dict[Path, WorkspaceIndex]) -> dict[str, str]:
+    if item.root not in indexes:
+        indexes[item.root] = WorkspaceIndex([item.root])
+        indexes[item.root].build()
+    index = indexes[item.root]
+    snapshot = Document(item.path.resolve().as_uri(), "python", 1, item.text).snapshot()
+    site = build_site(snapshot, Position(item.line, 0), CompletionKind.SINGLE_LINE, index)
+    similar = similar_lines(site, index, disk_reader({}), 1)
+    hole = hole_of(item)
+    return {
+        BASELINE_ROWS[0]: previous_line(site) or "",
+        BASELINE_ROWS[1]: similar[0].text if similar else "",
+        BASELINE_ROWS[2]: baselines.similar_line(hole.prefix, hole.suffix, hole.path),
+    }
+
+
+def hole_of(item: Item) -> Hole:
+    prefix = "".join(line + "\n" for line in item.text.split("\n")[: item.line])
+    return Hole(str(item.path), prefix, item.text[len(prefix) :], item.target, item.task_id)
+
+
+def summarise(items: list[Item], answers: dict[str, list[str]], latency: dict[str, list[float]],
+              problems: dict[str, humaneval.Problem], jobs: int) -> dict[str, dict[str, float | None]]:
+    table = {}
+    for row, texts in answers.items():
+        texts = [t.split("\n", 1)[0] for t in texts]
+        exact = [t.rstrip() == i.target.rstrip() and bool(t.strip()) for t, i in zip(texts, items)]
+        shown = [bool(t.strip()) for t in texts]
+        metrics: dict[str, float | None] = {
+            "exact": _mean(exact),
+            "first_ident": _mean([bool(t.strip()) and first_identifier(t) == first_identifier(i.target) for t, i in zip(texts, items)]),
+            "edit_sim": _mean([edit_similarity(t.strip(), i.target.strip()) if t.strip() else 0.0 for t, i in zip(texts, items)]),
+            "show": _mean(shown),
+            "precision": sum(exact) / sum(shown) if any(shown) else None,
+            "pass1": None,
+            "p50_ms": _percentile(latency.get(row), 50),
+            "p95_ms": _percentile(latency.get(row), 95),
+        }
+        if items and items[0].set == "humaneval":
+            programs = [humaneval.program(problems[i.task_id], hole_of(i), t) for t, i in zip(texts, items)]
+            metrics["pass1"] = _mean(humaneval.execute_all(programs, jobs))
+        table[row] = metrics
+    return table
+
+
+def _mean(values: list[bool] | list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def _percentile(values: list[float] | None, q: int) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return 1000 * ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+
+
+def print_table(name: str, count: int, table: dict[str, dict[str, float | None]]) -> None:
+    print(f"\n{name} ({count} lines)")
+    print(f"{'completer':34} {'exact':>6} {'1st id':>6} {'edit':>6} {'pass@1':>6} {'shown':>6} {'prec.':>6} {'p50 ms':>7} {'p95 ms':>7}")
+    for row, m in table.items():
+        def cell(key: str, scale: float = 100, width: int = 6) -> str:
+            value = m[key]
+            return f"{'-':>{width}}" if value is None else f"{value * scale:>{width}.1f}"
+        print(f"{row:34} {cell('exact')} {cell('first_ident')} {cell('edit_sim')} {cell('pass1')} {cell('show')} "
+              f"{cell('precision')} {cell('p50_ms', 1, 7)} {cell('p95_ms', 1, 7)}")
+
+
+async def run_rows(items: list[Item], model: str, rows: list[str], log_dir: Path, progress: Callable[[str], None]) -> tuple[dict, dict]:
+    servers = [await RowServer.start(row, model, ROWS[row], log_dir) for row in rows]
+    try:
+        for server in servers:
+            await server.wait_ready()
+        answers: dict[str, list[str]] = {row: [] for row in rows}
+        latency: dict[str, list[float]] = {row: [] for row in rows}
+        for n, item in enumerate(items, 1):
+            original = item.path.read_text(encoding="utf-8") if item.path.exists() else None
+            item.path.write_text(item.text, encoding="utf-8")  # no row may read the target from disk
+            try:
+                for server in servers:
+                    if server.name == "all":
+                        text, seconds, best = await _explained(server, item)
+                        answers.setdefault(NO_ABSTAIN, []).append(best)
+                    else:
+                        text, seconds = await server.complete(item)
+                    answers[server.name].append(text)
+                    latency[server.name].append(seconds)
+            finally:
+                if original is not None:
+                    item.path.write_text(original, encoding="utf-8")
+            if n % 10 == 0:
+                progress(f"{n}/{len(items)} lines")
+        return answers, latency
+    finally:
+        for server in servers:
+            await server.stop()
+
+
+async def _explained(server: RowServer, item: Item) -> tuple[str, float, str]:
+    """(shown text, seconds, best-scored candidate) of the "all" row, through glm5.explainContext,
+    which runs the same completion as inlineCompletion and also returns the candidates' scores."""
+    started = time.perf_counter()
+    explained = await server.explain(item)
+    seconds = time.perf_counter() - started
+    scored = [c for c in explained.get("candidates", []) if c.get("score") is not None]
+    best = max(scored, key=lambda c: c["score"])["text"] if scored else explained.get("completion", "")
+    return explained.get("completion", ""), seconds, best
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", help="checkpoint directory (default: the embedded model)")
+    parser.add_argument("--humaneval", type=int, default=32, help="HumanEval holes (every k-th of 1,033)")
+    parser.add_argument("--heldout-files", type=int, default=8)
+    parser.add_argument("--per-file", type=int, default=4)
+    parser.add_argument("--repo", type=int, default=10, help="holes per package")
+    parser.add_argument("--cache", type=Path, default=REPO / ".cache" / "quality")
+    parser.add_argument("--rows", default=",".join(ROWS), help="comma-separated neural rows")
+    parser.add_argument("--sets", default="repo,heldout,humaneval")
+    parser.add_argument("--jobs", type=int, default=1, help="parallel HumanEval test runs")
+    parser.add_argument("--out", type=Path, help="write every answer as JSON here")
+    args = parser.parse_args(argv)
+    from lsp_server.engine_client import embedded_model_path
+
+    model = args.model or embedded_model_path()
+    if model is None:
+        raise SystemExit("no model: give --model DIR")
+    rows = [r for r in args.rows.split(",") if r]
+    unknown = [r for r in rows if r not in ROWS]
+    if unknown:
+        raise SystemExit(f"unknown rows {unknown}; choose from {list(ROWS)}")
+    work = Path(tempfile.mkdtemp(prefix="glm5-quality-"))
+    started = time.perf_counter()
+    dump: dict[str, object] = {"rows": rows, "model": model, "packages": list(EVAL_PACKAGES)}
+    print(f"load average at start {Path('/proc/loadavg').read_text().split()[:3]}", flush=True)
+    for set_name in args.sets.split(","):
+        problems: dict[str, humaneval.Problem] = {}
+        if set_name == "humaneval":
+            items, problems = humaneval_items(work, args.humaneval)
+        elif set_name == "heldout":
+            items = heldout_items(work, args.heldout_files, args.per_file)
+        elif set_name == "repo":
+            items = package_items(args.cache, EVAL_PACKAGES, args.repo, "repo")
+        else:
+            raise SystemExit(f"unknown set {set_name!r}")
+        indexes: dict[Path, WorkspaceIndex] = {}
+        base = [baseline_answers(i, indexes) for i in items]
+        answers = {row: [b[row] for b in base] for row in BASELINE_ROWS}
+        neural, latency = asyncio.run(run_rows(items, model, rows, work, lambda m: print(f"  {set_name}: {m}", flush=True)))
+        answers.update(neural)
+        table = summarise(items, answers, latency, problems, args.jobs)
+        print_table(set_name, len(items), table)
+        dump[set_name] = {
+            "table": table,
+            "items": [{"path": str(i.path), "line": i.line, "target": i.target, "answers": {r: answers[r][n] for r in answers}}
+                      for n, i in enumerate(items)],
+        }
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(dump, indent=1))
+    print(f"\n[{time.perf_counter() - started:.0f} s; load average {Path('/proc/loadavg').read_text().split()[:3]}]")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,136 @@
+"""Fit the reranker's weights (`context/data/rerank.json`) on the tuning packages, never the evaluation.
+
+Asks a real `lsp_server --stdio` (all components on, no abstaining) for `glm5.explainContext`
+at blanked lines of `quality_sets.TUNING_PACKAGES` (half lines using a name from another file of
+the package, half random code lines), labels every candidate 1 when it equals the blanked line,
+and fits a logistic regression (pure Python: full-batch gradient descent with L2, features as
+`context.rerank.FEATURES`). The abstain threshold is then chosen for precision: the one that
+maximises (right answers shown - wrong answers shown) on the tuning items, i.e. a suggestion is
+shown only where it is at least as likely right as wrong.
+
+Usage: python bench/fit_rerank.py [--model DIR] [--per-package 40] [--out context/data/rerank.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import json
+import math
+import tempfile
+from pathlib import Path
+
+from bench.bench_quality import ROWS
+from bench.quality_client import RowServer
+from bench.quality_sets import TUNING_PACKAGES, Item, package_items, package_random_items
+from context.rerank import FEATURES, WEIGHTS_PATH, Features, Reranker
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def fit_logistic(rows: list[list[float]], labels: list[int], l2: float = 1e-3, epochs: int = 3000, rate: float = 0.5) -> tuple[list[float], float]:
+    """Weights and bias minimising the mean log-loss + l2/2 |w|^2 (positives weighted to balance)."""
+    n, d = len(rows), len(rows[0])
+    positives = max(1, sum(labels))
+    weight_pos = (n - positives) / positives if positives < n else 1.0
+    w, b = [0.0] * d, 0.0
+    for _ in range(epochs):
+        grad, grad_b, total = [0.0] * d, 0.0, 0.0
+        for x, y in zip(rows, labels):
+            z = b + sum(wi * xi for wi, xi in zip(w, x))
+            p = 1 / (1 + math.exp(-max(-30.0, min(30.0, z))))
+            c = weight_pos if y else 1.0
+            err = c * (p - y)
+            total += c
+            grad_b += err
+            for j in range(d):
+                grad[j] += err * x[j]
+        w = [wi - rate * (g / total + l2 * wi) for wi, g in zip(w, grad)]
+        b -= rate * grad_b / total
+    return w, b
+
+
+def choose_threshold(best: list[tuple[float, bool]]) -> tuple[float, dict[str, float]]:
+    """The threshold maximising right - wrong among shown items (ties: the higher threshold)."""
+    ordered = sorted(best, reverse=True)
+    score, top, threshold = 0, 0, 1.0
+    for p, right in ordered:
+        score += 1 if right else -1
+        if score > top:
+            top, threshold = score, p
+    shown = [r for p, r in best if p >= threshold]
+    return threshold, {
+        "show_rate": len(shown) / max(1, len(best)),
+        "precision_when_shown": sum(shown) / len(shown) if shown else 0.0,
+        "exact_match": sum(shown) / max(1, len(best)),
+    }
+
+
+async def collect(items: list[Item], model: str, log_dir: Path) -> list[dict]:
+    server = await RowServer.start("fit", model, {**ROWS["all"], "abstain": False}, log_dir)
+    try:
+        await server.wait_ready()
+        explained = []
+        for n, item in enumerate(items, 1):
+            original = item.path.read_text(encoding="utf-8")
+            item.path.write_text(item.text, encoding="utf-8")
+            try:
+                result = await server.explain(item)
+            finally:
+                item.path.write_text(original, encoding="utf-8")
+            explained.append({"target": item.target, "candidates": result.get("candidates", [])})
+            if n % 10 == 0:
+                print(f"  {n}/{len(items)}", flush=True)
+        return explained
+    finally:
+        await server.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model")
+    parser.add_argument("--per-package", type=int, default=40)
+    parser.add_argument("--cache", type=Path, default=REPO / ".cache" / "quality")
+    parser.add_argument("--out", type=Path, default=WEIGHTS_PATH)
+    parser.add_argument("--dump", type=Path, help="also write the explained candidates here")
+    args = parser.parse_args(argv)
+    from lsp_server.engine_client import embedded_model_path
+
+    model = args.model or embedded_model_path()
+    half = args.per_package // 2
+    items = package_items(args.cache, TUNING_PACKAGES, half, "tuning") + package_random_items(args.cache, TUNING_PACKAGES, half, "tuning")
+    explained = asyncio.run(collect(items, model, Path(tempfile.mkdtemp(prefix="glm5-fit-"))))
+    if args.dump:
+        args.dump.write_text(json.dumps(explained, indent=1))
+    rows, labels, groups = [], [], []
+    for g, item in enumerate(explained):
+        for c in item["candidates"]:
+            if c.get("features"):
+                rows.append([c["features"][f] for f in FEATURES])
+                labels.append(int(c["text"].rstrip() == item["target"].rstrip() and bool(c["text"].strip())))
+                groups.append(g)
+    if not rows or not any(labels):
+        raise SystemExit("no scored candidates or no right one: is the engine scoring (model_runtime with score())?")
+    weights, bias = fit_logistic(rows, labels)
+    probe = Reranker(tuple(weights), bias, 0.0, {})
+    best: dict[int, tuple[float, bool]] = {}
+    for x, y, g in zip(rows, labels, groups):
+        p = probe.probability(Features(tuple(x)))
+        if g not in best or p > best[g][0]:
+            best[g] = (p, bool(y))
+    threshold, tuned = choose_threshold(list(best.values()) + [(0.0, False)] * (len(explained) - len(best)))
+    tuned["oracle"] = sum(any(labels[i] for i in range(len(rows)) if groups[i] == g) for g in range(len(explained))) / len(explained)
+    meta = {
+        "fitted": datetime.date.today().isoformat(), "model": Path(model).name, "items": len(explained),
+        "candidates": len(rows), "positives": sum(labels), "packages": list(TUNING_PACKAGES),
+        "tuning": {k: round(v, 4) for k, v in tuned.items()},
+    }
+    args.out.write_text(Reranker(tuple(round(w, 5) for w in weights), round(bias, 5), round(threshold, 5), meta).to_json() + "\n")
+    print(json.dumps(meta, indent=1))
+    print(dict(zip(FEATURES, (round(w, 3) for w in weights))), "bias", round(bias, 3), "threshold", round(threshold, 3))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

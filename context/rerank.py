@@ -1,0 +1,241 @@
+"""Reranking completion candidates: the model's likelihood plus checks from the IDE state.
+
+Role: each candidate (the model's n-best and the retrieval candidates) gets `Features`:
+- its length-normalised log-likelihood under the FIM prompt (from the engine's batched
+  `score`), and its total;
+- `parses`: the completed line has no syntax error (tree-sitter, over the enclosing top-level
+  block with the candidate inserted);
+- `undefined`: it uses a name that is not defined at the cursor, or a member its qualifier
+  does not have (the scopes of `constraints.Site`; Python only);
+- `repeats`: it re-types the next line or the rest of the cursor line;
+- where it came from (model rank, retrieval source) and how many sources agree on it;
+- `unfinished`: the model's candidate hit the token limit before the line ended.
+A `Reranker` (logistic regression weights, stored as data in `data/rerank.json`, fitted by
+`bench/fit_rerank.py` on holes that are not the evaluation's) turns features into the
+probability that the candidate is exactly right; `choose` shows the best one, or nothing when
+that probability is under the stored threshold (abstain).
+
+Invariants: pure; never raises on candidate text; the same inputs give the same choice (ties
+break on candidate order).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from context.constraints import Site
+
+WEIGHTS_PATH = Path(__file__).with_name("data") / "rerank.json"
+FEATURES = (
+    "mean_logprob", "logprob", "parses", "undefined", "repeats", "blank", "model", "model_top",
+    "similar_line", "similar_context", "identifier", "call", "agreement", "tokens", "unfinished",
+)
+_STRING = re.compile(r"[rbfuRBFU]{0,2}(\"\"\"[\s\S]*?\"\"\"|'''[\s\S]*?'''|\"(?:\\.|[^\"\\])*\"?|'(?:\\.|[^'\\])*'?)")
+_LEX = re.compile(r"[A-Za-z_]\w*|\d[\w.]*|==|!=|<=|>=|:=|->|\*\*|//|#.*|[^\s\w]")
+_BINDERS = frozenset({"def", "class", "as", "import", "global", "nonlocal", "from"})
+_KEYWORDS = frozenset(
+    "False None True and as assert async await break class continue def del elif else except finally for from "
+    "global if import in is lambda nonlocal not or pass raise return try while with yield match case _ print".split()
+) - {"print"}
+
+
+@dataclass(frozen=True, slots=True)
+class Scored:
+    """One candidate with what the reranker needs."""
+
+    text: str
+    sources: tuple[str, ...]  # every source that proposed this text
+    model_rank: int | None  # rank in the model's n-best (0 = best), None if the model did not propose it
+    logprob: float  # log p(text + end) under the FIM prompt
+    tokens: int
+    finished: bool = True  # False for a model candidate cut off by the token limit
+
+
+@dataclass(frozen=True, slots=True)
+class Features:
+    values: tuple[float, ...]  # in FEATURES order
+
+    def as_dict(self) -> dict[str, float]:
+        return dict(zip(FEATURES, self.values))
+
+
+def features(site: Site, candidate: Scored) -> Features:
+    text = candidate.text
+    tokens = max(1, candidate.tokens)
+    values = {
+        "mean_logprob": candidate.logprob / tokens,
+        "logprob": max(-60.0, candidate.logprob) / 10,
+        "parses": float(parses(site, text)),
+        "undefined": float(undefined_names(site, text) > 0),
+        "repeats": float(repeats(site, text)),
+        "blank": float(not text.strip()),
+        "model": float(candidate.model_rank is not None),
+        "model_top": float(candidate.model_rank == 0),
+        "similar_line": float("similar-line" in candidate.sources),
+        "similar_context": float("similar-context" in candidate.sources),
+        "identifier": float("identifier" in candidate.sources),
+        "call": float("call" in candidate.sources),
+        "agreement": float(len(set(candidate.sources)) - 1),
+        "tokens": min(tokens, 40) / 10,
+        "unfinished": float(not candidate.finished),
+    }
+    return Features(tuple(values[name] for name in FEATURES))
+
+
+@dataclass(frozen=True, slots=True)
+class Reranker:
+    weights: tuple[float, ...]  # in FEATURES order
+    bias: float
+    threshold: float  # show only when the best probability is at least this
+    meta: dict
+
+    def probability(self, feats: Features) -> float:
+        z = self.bias + sum(w * x for w, x in zip(self.weights, feats.values))
+        return 1 / (1 + math.exp(-max(-30.0, min(30.0, z))))
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {"features": list(FEATURES), "weights": list(self.weights), "bias": self.bias, "threshold": self.threshold, "meta": self.meta},
+            indent=1,
+        )
+
+
+def load_reranker(path: Path = WEIGHTS_PATH) -> Reranker:
+    """The stored weights; a clear ValueError when the file does not match `FEATURES`."""
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: cannot read reranker weights: {exc}") from exc
+    if raw.get("features") != list(FEATURES) or len(raw.get("weights", ())) != len(FEATURES):
+        raise ValueError(f"{path}: reranker weights are for features {raw.get('features')}, expected {list(FEATURES)}")
+    return Reranker(tuple(float(w) for w in raw["weights"]), float(raw["bias"]), float(raw["threshold"]), raw.get("meta", {}))
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    index: int | None  # the chosen candidate, None when abstaining
+    scores: tuple[float, ...]  # per candidate: probability (reranker) or mean log-likelihood
+    abstained: bool
+
+
+def choose(
+    site: Site, candidates: Sequence[Scored], reranker: Reranker | None, abstain: bool
+) -> tuple[Choice, list[Features]]:
+    """The best candidate by the reranker's probability (or, without one, by mean log-likelihood);
+    with `abstain`, none when the best probability is under the threshold."""
+    feats = [features(site, c) for c in candidates]
+    if not candidates:
+        return Choice(None, (), abstain), feats
+    if reranker is None:
+        scores = tuple(f.values[0] if candidates[i].text.strip() else -math.inf for i, f in enumerate(feats))
+    else:
+        scores = tuple(reranker.probability(f) for f in feats)
+    best = max(range(len(candidates)), key=lambda i: (scores[i], -i))
+    if abstain and reranker is not None and scores[best] < reranker.threshold:
+        return Choice(None, scores, True), feats
+    return Choice(best, scores, False), feats
+
+
+# ---- checks ---------------------------------------------------------------------------------
+
+
+def parses(site: Site, text: str) -> bool:
+    """Whether the cursor line, completed with `text`, has no syntax error (tree-sitter over the
+    enclosing top-level block; True for languages without a grammar)."""
+    language = site.snapshot.language
+    if language is None:
+        return True
+    lines = site.snapshot.text.split("\n")
+    row = site.position.line
+    first, last = _block(lines, row)
+    completed = site.line_prefix + text + site.line_suffix
+    window = lines[first:row] + [completed] + lines[row + 1 : last + 1]
+    tree = language.parse("\n".join(window).encode("utf-8", "surrogatepass"))
+    target = row - first
+    stack = [tree.root_node]
+    while stack:
+        node = stack.pop()
+        if node.start_point[0] > target or node.end_point[0] < target:
+            continue
+        if node.is_error or node.is_missing:
+            return False
+        if node.has_error:
+            stack.extend(node.children)
+    return True
+
+
+def _block(lines: list[str], row: int) -> tuple[int, int]:
+    """First and last line of the top-level block around `row` (by indentation)."""
+    first = row
+    while first > 0 and not (lines[first - 1][:1].strip() and not lines[first - 1].startswith(("#", ")", "]", "}"))):
+        first -= 1
+    first = max(0, first - 1)
+    while first > 0 and lines[first - 1].startswith("@"):
+        first -= 1
+    last = row
+    while last + 1 < len(lines) and not lines[last + 1][:1].strip():
+        last += 1
+    return first, last
+
+
+def undefined_names(site: Site, text: str) -> int:
+    """How many names `text` uses that the cursor's scopes do not define (or members its
+    qualifiers lack); 0 when the scopes are unknown."""
+    if site.defined is None or site.language != "python":
+        return 0
+    line = site.line_prefix + text
+    tokens = _LEX.findall(_STRING.sub('""', line))
+    bound = _bound_in(tokens)
+    count = 0
+    skip_prefix = len(_LEX.findall(_STRING.sub('""', site.line_prefix)))
+    for i, token in enumerate(tokens):
+        if i < skip_prefix and not (i == skip_prefix - 1 and site.typed):
+            continue
+        if not (token[0].isalpha() or token[0] == "_") or token in _KEYWORDS or token in bound:
+            continue
+        before = tokens[i - 1] if i else ""
+        after = tokens[i + 1] if i + 1 < len(tokens) else ""
+        if before == ".":
+            qualifier = tokens[i - 2] if i >= 2 else ""
+            members = site.members.get(qualifier)
+            count += members is not None and token not in members
+            continue
+        if before in _BINDERS or after == "=" or (after == ":" and i == 0):
+            continue
+        count += token not in site.defined
+    return count
+
+
+def _bound_in(tokens: list[str]) -> set[str]:
+    """Names the line itself binds: `for` targets, lambda parameters, walrus targets."""
+    bound: set[str] = set()
+    mode = None
+    for i, token in enumerate(tokens):
+        if token in ("for", "lambda"):
+            mode = token
+        elif mode == "for" and token == "in" or mode == "lambda" and token == ":":
+            mode = None
+        elif mode and (token[0].isalpha() or token[0] == "_"):
+            bound.add(token)
+        if token == ":=" and i:
+            bound.add(tokens[i - 1])
+    return bound
+
+
+def repeats(site: Site, text: str) -> bool:
+    """Whether `text` re-types the next non-blank line or the rest of the cursor line."""
+    body = text.strip()
+    if not body:
+        return False
+    if site.line_suffix.strip() and body.endswith(site.line_suffix.strip()):
+        return True
+    lines = site.snapshot.text.split("\n")
+    for line in lines[site.position.line + 1 :]:
+        if line.strip():
+            return (site.line_prefix + text).strip() == line.strip()
+    return False

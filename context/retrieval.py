@@ -1,0 +1,318 @@
+"""Completion candidates from the IDE state, without the model.
+
+Role: for one cursor (`constraints.Site`), propose single-line texts to insert there; the
+server scores them under the model with the model's own n-best and the reranker picks one.
+Four sources, each tagged:
+- "similar-line": the line after the line most like the one above the cursor (token Jaccard),
+  in this file and in related files (open documents, files this one imports or is imported by,
+  files of its directory), re-indented to the cursor's block. Its best candidate alone is the
+  non-neural baseline "line after the most similar line".
+- "similar-context": lines of this file whose neighbours (the lines above and below) look like
+  the cursor's (the "most similar line in the file" baseline of `training.baselines`).
+- "identifier": completions of the identifier being typed from the names defined at the cursor,
+  the members of its qualifier (`geometry.cen|`) and the workspace index.
+- "call": calls to workspace functions this file can reach by import, with their parameter
+  names as arguments (`centroid(points)`).
+
+Invariants: pure apart from reading the index and files; never raises on content; every
+candidate is one line, starts where the cursor is (the typed text is not repeated), and is
+unique in the returned list; at most `limit` candidates, best guesses of each source first.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from context.index import WorkspaceIndex
+from context.constraints import Site
+from context.similar import line_tokens
+from context.tags import Import, extract_tags
+
+MAX_RELATED_FILES = 24
+MAX_FILE_CHARS = 200_000
+INDENT_UNIT = "    "
+_TOKEN = re.compile(r"\w+|[^\w\s]")
+_DEF = re.compile(r"\bdef\s+([A-Za-z_]\w*)\s*\(([^)]*)\)", re.S)
+_IDENT = re.compile(r"[A-Za-z_]\w*")
+TextSource = Callable[[str], str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Retrieved:
+    text: str  # what to insert at the cursor (one line)
+    source: str  # "similar-line", "similar-context", "identifier" or "call"
+    detail: str = ""  # where it came from
+
+
+@dataclass(frozen=True, slots=True)
+class RetrievalOptions:
+    similar: int = 3
+    context: int = 2
+    identifiers: int = 4
+    calls: int = 4
+    limit: int = 12
+
+
+def retrieve(
+    site: Site, index: WorkspaceIndex | None, read: TextSource, options: RetrievalOptions = RetrievalOptions()
+) -> list[Retrieved]:
+    """Candidates for `site` (see the module docstring), unique, at most `options.limit`."""
+    found = similar_lines(site, index, read, options.similar)
+    found += context_lines(site, options.context)
+    found += identifier_completions(site, index, options.identifiers)
+    found += call_candidates(site, index, options.calls)
+    unique: dict[str, Retrieved] = {}
+    for item in found:
+        if item.text.strip() and "\n" not in item.text and item.text not in unique:
+            unique[item.text] = item
+    return list(unique.values())[: options.limit]
+
+
+# ---- the line after the most similar line -------------------------------------------------
+
+
+def similar_lines(site: Site, index: WorkspaceIndex | None, read: TextSource, limit: int = 1) -> list[Retrieved]:
+    """The lines after the lines most similar to the one above the cursor, best first."""
+    snapshot = site.snapshot
+    cursor_line = site.position.line
+    lines = snapshot.text.splitlines()
+    above = _nearest_code(lines, cursor_line - 1, -1)
+    if above is None:
+        return []
+    reference = _tokens(lines[above])
+    scored: list[tuple[float, int, str, str, str]] = []  # (score, -distance, line, after, where)
+    for i in range(len(lines) - 1):
+        if i in (above, cursor_line) or i + 1 == cursor_line:
+            continue
+        nxt = _nearest_code(lines, i + 1, +1)
+        if nxt is None or nxt == cursor_line:
+            continue
+        score = _jaccard(_tokens(lines[i]), reference)
+        if score > 0:
+            scored.append((score, -abs(i - cursor_line), lines[i], lines[nxt], f"{snapshot.path}:{nxt + 1}"))
+    for path in _related_files(site, index):
+        text = read(path)
+        if text is None or len(text) > MAX_FILE_CHARS:
+            continue
+        other = text.splitlines()
+        for i, tokens in enumerate(line_tokens(text)[: len(other) - 1]):
+            if not tokens:
+                continue
+            nxt = _nearest_code(other, i + 1, +1)
+            score = _jaccard(_tokens(other[i]), reference)
+            if nxt is not None and score > 0:
+                scored.append((score * 0.95, -10_000, other[i], other[nxt], f"{path}:{nxt + 1}"))
+    scored.sort(key=lambda s: (s[0], s[1]), reverse=True)
+    found: list[Retrieved] = []
+    for _, _, line, after, where in scored:
+        text = _place(site, lines[above], line, after)
+        if text is not None and all(f.text != text for f in found):
+            found.append(Retrieved(text, "similar-line", where))
+            if len(found) >= limit:
+                break
+    return found
+
+
+def context_lines(site: Site, limit: int = 2) -> list[Retrieved]:
+    """Lines of this file whose neighbours look like the cursor's: the line above each scored
+    against the line above the cursor, the line below against the line below (best first)."""
+    lines = site.snapshot.text.splitlines()
+    row = site.position.line
+    above_i, below_i = _nearest_code(lines, row - 1, -1), _nearest_code(lines, row + 1, +1)
+    want_above = _tokens(lines[above_i]) if above_i is not None else frozenset()
+    want_below = _tokens(lines[below_i]) if below_i is not None else frozenset()
+    scored: list[tuple[float, int, int]] = []
+    for i, line in enumerate(lines):
+        if i == row or not line.strip():
+            continue
+        up, down = _nearest_code(lines, i - 1, -1), _nearest_code(lines, i + 1, +1)
+        score = _jaccard(_tokens(lines[up]) if up is not None and up != row else frozenset(), want_above)
+        score += _jaccard(_tokens(lines[down]) if down is not None and down != row else frozenset(), want_below)
+        if score > 0:
+            scored.append((score, -abs(i - row), i))
+    scored.sort(reverse=True)
+    found: list[Retrieved] = []
+    for _, _, i in scored:
+        text = _continue(site, lines[i])
+        if text is not None and text.strip() and all(f.text != text for f in found):
+            found.append(Retrieved(text, "similar-context", f"{site.snapshot.path}:{i + 1}"))
+            if len(found) >= limit:
+                break
+    return found
+
+
+def previous_line(site: Site) -> str | None:
+    """The nearest non-blank line above the cursor, placed at the cursor (a baseline)."""
+    lines = site.snapshot.text.splitlines()
+    above = _nearest_code(lines, site.position.line - 1, -1)
+    if above is None:
+        return None
+    return _continue(site, lines[above])
+
+
+def _place(site: Site, above: str, model_line: str, after: str) -> str | None:
+    """`after` (the line following `model_line`) moved to the cursor: re-indented like the step
+    from `model_line` to `after`, applied to the line above the cursor."""
+    shift = _indent(after) - _indent(model_line)
+    width = max(0, _indent(above) + shift)
+    return _continue(site, " " * width + after.strip())
+
+
+def _continue(site: Site, line: str) -> str | None:
+    """`line` as an insertion at the cursor: the typed part of the cursor line removed (None when
+    the line does not start with it)."""
+    typed = site.line_prefix
+    if not typed:
+        return line
+    if not typed.strip():
+        return line.lstrip()
+    body = line.lstrip()
+    head = typed.lstrip()
+    return body[len(head) :] if body.startswith(head) and len(body) > len(head) else None
+
+
+def _related_files(site: Site, index: WorkspaceIndex | None) -> list[str]:
+    path = site.snapshot.path
+    if index is None or not path:
+        return []
+    related = [i.resolved_path for i in _imports(site, index) if i.resolved_path and i.resolved_path.endswith(".py")]
+    related += index.importers_of(path)
+    related += sorted(index.files_in(os.path.dirname(path)))
+    unique = [p for p in dict.fromkeys(related) if p != path and p.endswith(".py")]
+    return unique[:MAX_RELATED_FILES]
+
+
+def _nearest_code(lines: list[str], start: int, step: int) -> int | None:
+    i = start
+    while 0 <= i < len(lines):
+        if lines[i].strip():
+            return i
+        i += step
+    return None
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
+
+
+def _tokens(line: str) -> frozenset[str]:
+    return frozenset(_TOKEN.findall(line))
+
+
+def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    return len(a & b) / len(a | b) if a or b else 0.0
+
+
+# ---- identifiers and calls -----------------------------------------------------------------
+
+
+def identifier_completions(site: Site, index: WorkspaceIndex | None, limit: int) -> list[Retrieved]:
+    """Rests of the identifiers that start with the typed partial word (shortest first)."""
+    typed = site.typed
+    if not typed:
+        return []
+    if site.qualifier is not None:
+        pool = set(site.members.get(site.qualifier, ()))
+    else:
+        pool = set(site.defined or ())
+        if index is not None and len(typed) >= 2:
+            pool |= {d.name for d in _definitions_starting(index, typed)}
+    names = sorted((n for n in pool if n.startswith(typed) and n != typed and not n.startswith("__")), key=lambda n: (len(n), n))
+    return [Retrieved(n[len(typed) :], "identifier", n) for n in names[:limit]]
+
+
+def _definitions_starting(index: WorkspaceIndex, typed: str):
+    for path in index.files()[:2000]:
+        tags = index.file_tags(path)
+        if tags is None:
+            continue
+        for definition in tags.definitions:
+            if definition.name.startswith(typed) and definition.kind not in ("method", "field"):
+                yield definition
+
+
+def call_candidates(site: Site, index: WorkspaceIndex | None, limit: int) -> list[Retrieved]:
+    """Calls, with parameter names as arguments, of workspace functions reachable from the cursor:
+    after `mod.`, the module's functions; otherwise the functions this file imports."""
+    if index is None or site.snapshot.path is None or site.language != "python":
+        return []
+    targets: list[tuple[str, str]] = []  # (name, file)
+    if site.qualifier is not None:
+        members = set(site.members.get(site.qualifier, ()))
+        for item in _imports(site, index):
+            if item.resolved_path and item.module.split(".")[-1] == site.qualifier:
+                targets += [(n, item.resolved_path) for n in sorted(members)]
+    else:
+        for item in _imports(site, index):
+            if item.resolved_path:
+                targets += [(n, item.resolved_path) for n in item.names]
+    found: list[Retrieved] = []
+    for name, file in targets:
+        if not name.startswith(site.typed):
+            continue
+        params = _parameters(index, name, file)
+        if params is None:
+            continue
+        call = f"{name}({', '.join(params)})"[len(site.typed) :]
+        found.append(Retrieved(_at_cursor(site, call), "call", f"{file}:{name}"))
+        if len(found) >= limit:
+            break
+    return found
+
+
+def _imports(site: Site, index: WorkspaceIndex) -> tuple[Import, ...]:
+    """The imports of the open buffer (the index may not have seen its latest text)."""
+    return extract_tags(site.snapshot, index.resolver).imports
+
+
+def _at_cursor(site: Site, text: str) -> str:
+    """A statement-start text re-indented for a cursor at the start of a blank line."""
+    if site.line_prefix or site.typed:
+        return text
+    lines = site.snapshot.text.splitlines()
+    above = _nearest_code(lines, site.position.line - 1, -1)
+    if above is None:
+        return text
+    indent = " " * _indent(lines[above]) + (INDENT_UNIT if lines[above].rstrip().endswith(":") else "")
+    return indent + text
+
+
+def _parameters(index: WorkspaceIndex, name: str, file: str) -> list[str] | None:
+    """The required parameter names of function `name` defined in `file` (None if not a function)."""
+    for definition in index.definitions(name):
+        if definition.path != file or definition.kind not in ("function", "method"):
+            continue
+        match = _DEF.search(definition.text_snippet)
+        if match is None or match.group(1) != name:
+            continue
+        return _required(match.group(2))
+    return None
+
+
+def _required(signature: str) -> list[str]:
+    names: list[str] = []
+    depth, part = 0, ""
+    parts: list[str] = []
+    for c in signature:
+        depth += c in "([{"
+        depth -= c in ")]}"
+        if c == "," and depth == 0:
+            parts.append(part)
+            part = ""
+        else:
+            part += c
+    parts.append(part)
+    for raw in parts:
+        item = raw.strip()
+        if not item or "=" in item or item.startswith(("*", "/")):
+            if item == "*":
+                break
+            continue
+        name = _IDENT.match(item)
+        if name and name.group() not in ("self", "cls"):
+            names.append(name.group())
+    return names
+

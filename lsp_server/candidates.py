@@ -1,0 +1,276 @@
+"""The IDE state steers and checks the model: constraint, candidates, reranking, abstaining.
+
+Role: for one prepared completion, `make_plan` builds the cursor's `Site` (context.constraints),
+the decode-time `ConstraintSpec` (with token healing: the prompt backed off to a token boundary
+before the typed word), and the retrieval candidates (context.retrieval). The engine then runs
+one request with the constraint and `num_candidates` (its n-best share the prompt's KV blocks);
+`pool` merges its n-best with the retrieval candidates, `score_request` asks the engine for the
+log-likelihood of every distinct candidate in one batched forward over the shared prompt, and
+`decide` reranks them (context.rerank) and shows the best, or nothing when not confident.
+
+Each component follows a setting (`constraints`, `numCandidates`, `retrieval`, `rerank`,
+`abstain`), so a benchmark can run each alone.
+
+Streaming: when the answer can only be the model's own greedy text (one candidate, no
+retrieval, no reranking), partial text streams as before. Otherwise (`Plan.gated`) nothing is
+streamed until the decision, then the final text is published once: a ghost text that the
+reranker then replaces, or an abstention then retracts, flickers a wrong suggestion in front of
+the user, which is worse than waiting the ~one batched forward the decision costs.
+
+Degrading: an engine without candidates gives one (its text); an engine whose `score` raises
+(a remote engine, say) leaves only the model's own candidates, ranked as the engine ranked them,
+with no abstaining (today's behaviour).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
+from functools import cache
+from typing import Any
+
+from context.constraints import Site, build_site, constraint_spec
+from context.document import DocumentSnapshot
+from context.index import WorkspaceIndex
+from context.members import disk_reader
+from context.rerank import Choice, Features, Reranker, Scored, choose, load_reranker
+from context.retrieval import Retrieved, retrieve
+from model_runtime.api import (
+    ConstraintSpec,
+    ContinuationScore,
+    FinishReason,
+    GenerationRequest,
+    GenerationResult,
+    SamplingParams,
+    ScoreRequest,
+)
+from model_runtime.healing import heal
+
+from . import pipeline
+from .errors import GenerationFailed
+from .settings import ServerSettings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What one completion request asks of the engine, and what it will rerank."""
+
+    site: Site | None
+    constraint: ConstraintSpec | None
+    prompt_ids: tuple[int, ...]  # backed off to a token boundary when healing
+    num_candidates: int
+    retrieved: tuple[Retrieved, ...]
+    rerank: bool
+    abstain: bool
+    can_score: bool = True
+
+    @property
+    def gated(self) -> bool:
+        """Whether the final text may differ from the model's streamed best (see the module docstring)."""
+        return self.can_score and (self.num_candidates > 1 or bool(self.retrieved) or self.rerank)
+
+    @property
+    def heal_prefix(self) -> str:
+        return self.constraint.heal_prefix if self.constraint is not None else ""
+
+    def request(self, request_id: str, sampling: SamplingParams) -> GenerationRequest:
+        return GenerationRequest(request_id, self.prompt_ids, sampling, constraint=self.constraint, num_candidates=self.num_candidates)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    text: str  # what to show ("" when abstaining or nothing fits)
+    abstained: bool
+    scored: bool  # the engine scored the candidates
+    candidates: tuple[Scored, ...]
+    choice: Choice
+    features: tuple[Features, ...]
+
+    def report(self) -> list[dict[str, Any]]:
+        """The candidates, their scores and features, for `glm5.explainContext` and benchmarks."""
+        return [
+            {
+                "text": c.text, "sources": list(c.sources), "modelRank": c.model_rank,
+                "logprob": _finite(c.logprob), "tokens": c.tokens,
+                "score": _finite(self.choice.scores[i]) if i < len(self.choice.scores) else None,
+                "features": self.features[i].as_dict() if i < len(self.features) else None,
+                "chosen": self.choice.index == i,
+            }
+            for i, c in enumerate(self.candidates)
+        ]
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def make_plan(
+    prepared: pipeline.Prepared,
+    settings: ServerSettings,
+    tokenizer: Any,
+    index: WorkspaceIndex | None,
+    open_docs: Sequence[DocumentSnapshot],
+    can_score: bool = True,
+) -> Plan:
+    """The plan for `prepared` (which has a prompt) under `settings`; an engine that cannot
+    score gets neither retrieval nor reranking (nothing could rank them)."""
+    if not can_score:
+        settings = replace(settings, retrieval=False, rerank=False, abstain=False)
+    assert prepared.prompt is not None, "plan only completions that have a prompt"
+    ids = tuple(prepared.prompt.ids)
+    uses_site = settings.constraints or settings.retrieval or settings.rerank
+    site = build_site(prepared.snapshot, prepared.position, prepared.kind, index, open_docs) if uses_site else None
+    constraint = None
+    if settings.constraints and site is not None:
+        constraint = constraint_spec(site)
+        if site.typed:
+            healed, prefix = _heal(tokenizer, ids, site.typed)
+            if prefix:
+                ids, constraint = healed, replace(constraint, heal_prefix=prefix)
+    retrieved: tuple[Retrieved, ...] = ()
+    if settings.retrieval and site is not None:
+        texts = {d.path: d.text for d in open_docs if d.path}
+        retrieved = tuple(retrieve(site, index, disk_reader(texts)))
+    return Plan(site, constraint, ids, settings.num_candidates, retrieved, settings.rerank, settings.abstain and settings.rerank, can_score)
+
+
+def _heal(tokenizer: Any, ids: tuple[int, ...], typed: str) -> tuple[tuple[int, ...], str]:
+    try:
+        healed, prefix = heal(getattr(tokenizer, "inner", tokenizer), list(ids), typed)
+    except ValueError as exc:
+        log.debug("no token healing: %s", exc)
+        return ids, ""
+    return tuple(healed), prefix
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    text: str
+    sources: list[str]
+    model_rank: int | None
+    logprob: float  # the engine's, for model candidates (no end token); -inf otherwise
+    tokens: int
+    finished: bool = True
+
+
+def pool(plan: Plan, prepared: pipeline.Prepared, result: GenerationResult) -> list[_Entry]:
+    """Distinct post-processed candidates: the model's n-best (best first), then retrieval's."""
+    model = list(result.candidates)
+    entries: dict[str, _Entry] = {}
+    if not model:
+        text = pipeline.finish(prepared, result.text)
+        entries[text] = _Entry(text, ["model"], 0, -math.inf, len(result.token_ids), result.finish_reason is not FinishReason.LENGTH)
+    for rank, candidate in enumerate(model):
+        text = pipeline.finish(prepared, candidate.text)
+        if text not in entries:
+            finished = candidate.finish_reason is not FinishReason.LENGTH
+            entries[text] = _Entry(text, ["model"], rank, candidate.logprob, len(candidate.token_ids), finished)
+    for item in plan.retrieved:
+        text = pipeline.finish(prepared, item.text)
+        if text in entries:
+            entries[text].sources.append(item.source)
+        elif text.strip():
+            entries[text] = _Entry(text, [item.source], None, -math.inf, 0)
+    return list(entries.values())
+
+
+def score_request(plan: Plan, entries: Sequence[_Entry], tokenizer: Any, request_id: str) -> ScoreRequest:
+    """One batched scoring of every candidate (heal prefix + text + end of middle)."""
+    end = tokenizer.special.eos_ids[0]
+    continuations = tuple(tuple(tokenizer.encode(plan.heal_prefix + e.text)) + (end,) for e in entries)
+    return ScoreRequest(f"{request_id}-score", plan.prompt_ids, continuations)
+
+
+def needs_scores(plan: Plan, entries: Sequence[_Entry]) -> bool:
+    return len(entries) > 1 or plan.abstain
+
+
+def decide(plan: Plan, entries: Sequence[_Entry], scores: Sequence[ContinuationScore] | None) -> Decision:
+    """Rerank `entries` with the engine's `scores` (None: the engine cannot score) and choose."""
+    if scores is None:
+        own = [e for e in entries if e.model_rank is not None]
+        scored = [Scored(e.text, tuple(e.sources), e.model_rank, e.logprob, e.tokens, e.finished) for e in own]
+        best = min(range(len(own)), key=lambda i: own[i].model_rank or 0) if own else None
+        text = scored[best].text if best is not None else ""
+        return Decision(text, False, False, tuple(scored), Choice(best, tuple(e.logprob for e in own), False), ())
+    scored = [
+        Scored(e.text, tuple(e.sources), e.model_rank, s.logprob, s.num_tokens, e.finished) for e, s in zip(entries, scores, strict=True)
+    ]
+    site = plan.site
+    reranker = active_reranker() if plan.rerank else None
+    if site is None:
+        best = max(range(len(scored)), key=lambda i: scored[i].logprob / max(1, scored[i].tokens)) if scored else None
+        choice = Choice(best, tuple(s.logprob / max(1, s.tokens) for s in scored), False)
+        return Decision(scored[best].text if best is not None else "", False, True, tuple(scored), choice, ())
+    choice, feats = choose(site, scored, reranker, plan.abstain)
+    text = scored[choice.index].text if choice.index is not None else ""
+    return Decision(text, choice.abstained, True, tuple(scored), choice, tuple(feats))
+
+
+def unscored(plan: Plan, entries: Sequence[_Entry]) -> Decision:
+    """The decision when no scoring is needed (a single candidate and no abstaining)."""
+    return decide(plan, entries, None) if any(e.model_rank is not None for e in entries) else Decision(
+        entries[0].text if entries else "", False, False, (), Choice(None, (), False), ()
+    )
+
+
+async def settle(engine: Any, plan: Plan, prepared: pipeline.Prepared, result: GenerationResult, tokenizer: Any) -> Decision:
+    """Pool, score (one batched engine call, off the loop) and decide, on the event loop."""
+    entries = pool(plan, prepared, result)
+    if not needs_scores(plan, entries):
+        return unscored(plan, entries)
+    try:
+        scores = await engine.score(score_request(plan, entries, tokenizer, result.request_id))
+    except (NotImplementedError, TimeoutError, RuntimeError, GenerationFailed) as exc:
+        log.info("candidates not scored (%s): showing the model's best", exc)
+        scores = None
+    return decide(plan, entries, scores)
+
+
+def settle_sync(engine: Any, plan: Plan, prepared: pipeline.Prepared, result: GenerationResult, tokenizer: Any) -> Decision:
+    """`settle` for a caller that owns its thread (the headless command)."""
+    entries = pool(plan, prepared, result)
+    if not needs_scores(plan, entries):
+        return unscored(plan, entries)
+    try:
+        scores = engine.score(score_request(plan, entries, tokenizer, result.request_id))
+    except (NotImplementedError, AttributeError, TimeoutError, RuntimeError) as exc:
+        log.info("candidates not scored (%s): showing the model's best", exc)
+        scores = None
+    return decide(plan, entries, scores)
+
+
+@cache
+def active_reranker() -> Reranker | None:
+    """The shipped reranker weights (None, logged, when they cannot be read)."""
+    try:
+        return load_reranker()
+    except ValueError as exc:
+        log.error("reranking by likelihood only: %s", exc)
+        return None
+
+
+async def explain(engine: Any, prepared: pipeline.Prepared, plan: Plan, tokenizer: Any, request_id: str) -> dict[str, Any]:
+    """Run the completion as the server would and say what happened: the constraint (what it
+    allowed, which rules fired), every candidate with its score, and the choice."""
+    result = await engine.generate(plan.request(request_id, prepared.sampling))
+    decision = await settle(engine, plan, prepared, result, tokenizer)
+    spec = plan.constraint
+    return {
+        "completion": decision.text,
+        "abstained": decision.abstained,
+        "scored": decision.scored,
+        "candidates": decision.report(),
+        "constraint": None if spec is None else {
+            "healPrefix": spec.heal_prefix,
+            "singleLine": spec.single_line,
+            "openBrackets": spec.open_brackets,
+            "memberScopes": {s.qualifier: len(s.members) for s in spec.member_scopes},
+            "definedNames": None if spec.defined_names is None else len(spec.defined_names),
+            "report": None if result.constraint is None else asdict(result.constraint),
+        },
+    }

@@ -1,0 +1,88 @@
+"""Reranking: the checks (parses, undefined names, repeats), the shipped weights, the choice."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from context.classify import CompletionKind
+from context.constraints import build_site
+from context.document import Document
+from context.index import WorkspaceIndex
+from context.positions import Position
+from context.rerank import FEATURES, Scored, choose, load_reranker, parses, repeats, undefined_names
+
+GEOMETRY = "class Point:\n    def __init__(self, x):\n        self.x = x\n\n\ndef centroid(points):\n    return Point(sum(points))\n"
+APP = "from geometry import Point, centroid\n\n\ndef main(points):\n    center = \n    print(center.x)\n"
+
+
+@pytest.fixture
+def site(tmp_path: Path):
+    (tmp_path / "geometry.py").write_text(GEOMETRY)
+    (tmp_path / "app.py").write_text(APP)
+    index = WorkspaceIndex([tmp_path])
+    index.build()
+    snapshot = Document((tmp_path / "app.py").as_uri(), "python", 1, APP).snapshot()
+    return build_site(snapshot, Position(4, 13), CompletionKind.SINGLE_LINE, index)
+
+
+def test_parses_checks_the_completed_line(site) -> None:
+    assert parses(site, "centroid(points)")
+    assert not parses(site, "centroid(points")
+    assert not parses(site, "centroid(points))")
+    assert not parses(site, "= =")
+
+
+def test_undefined_names_and_unknown_members(site) -> None:
+    assert undefined_names(site, "centroid(points)") == 0
+    assert undefined_names(site, "centre(points)") == 1
+    assert undefined_names(site, "Point(points).x") == 0  # `x` is a member of an expression, not checked
+    assert undefined_names(site, "[p for p in points if p]") == 0  # comprehension variables
+    assert undefined_names(site, "centroid(points, key=size)") == 1  # `key` is an argument name, `size` a use
+    assert undefined_names(site, "len('undefined_in_a_string')") == 0
+
+
+def test_repeats_the_next_line(site) -> None:
+    assert repeats(site, "print(center.x)") is False  # the next line is `    print(center.x)` but this is `center = ...`
+    site_blank = build_site(site.snapshot, Position(4, 0), CompletionKind.SINGLE_LINE)
+    assert repeats(site_blank, "    print(center.x)") is True
+    assert repeats(site_blank, "    center = centroid(points)") is False
+
+
+def test_the_shipped_weights_load_and_match_the_features() -> None:
+    reranker = load_reranker()
+    assert len(reranker.weights) == len(FEATURES)
+    assert 0.0 < reranker.threshold < 1.0
+    assert reranker.meta["items"] > 0 and reranker.meta["packages"]
+
+
+def test_weights_for_other_features_are_refused(tmp_path: Path) -> None:
+    bad = tmp_path / "rerank.json"
+    bad.write_text(json.dumps({"features": ["mean_logprob"], "weights": [1.0], "bias": 0.0, "threshold": 0.5}))
+    with pytest.raises(ValueError, match="expected"):
+        load_reranker(bad)
+
+
+def test_reranking_prefers_the_parsing_candidate_over_a_likelier_one_that_does_not_parse(site) -> None:
+    broken = Scored("centroid(points", ("model",), 0, logprob=-3.0, tokens=6)
+    right = Scored("centroid(points)", ("model",), 1, logprob=-4.2, tokens=7)
+    assert broken.logprob / broken.tokens > right.logprob / right.tokens
+    choice, feats = choose(site, [broken, right], load_reranker(), abstain=False)
+    assert choice.index == 1
+    assert feats[0].as_dict()["parses"] == 0.0 and feats[1].as_dict()["parses"] == 1.0
+
+
+def test_without_weights_the_likeliest_non_blank_candidate_wins_and_nothing_abstains(site) -> None:
+    candidates = [Scored("", ("model",), 0, -0.1, 1), Scored("centroid(points)", ("call",), None, -14.0, 7), Scored("e", ("model",), 1, -9.0, 2)]
+    choice, _ = choose(site, candidates, None, abstain=True)
+    assert choice.index == 1 and not choice.abstained
+
+
+def test_abstains_when_the_best_candidate_is_unlikely(site) -> None:
+    candidates = [Scored("zzz(", ("model",), 0, -80.0, 8), Scored("qq qq", ("model",), 1, -90.0, 9)]
+    choice, _ = choose(site, candidates, load_reranker(), abstain=True)
+    assert choice.index is None and choice.abstained
+    choice, _ = choose(site, candidates, load_reranker(), abstain=False)
+    assert choice.index is not None

@@ -1,0 +1,107 @@
+"""Retrieval candidates from the IDE state, on a fixture workspace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from context.classify import CompletionKind
+from context.constraints import build_site
+from context.document import Document
+from context.index import WorkspaceIndex
+from context.members import disk_reader
+from context.positions import TextIndex
+from context.retrieval import call_candidates, context_lines, identifier_completions, previous_line, retrieve, similar_lines
+
+CURSOR = "┃"
+
+GEOMETRY = '''\
+def centroid(points, weights=None):
+    return sum(points) / len(points)
+
+
+def scale(points, factor, *, origin=0):
+    return [p * factor for p in points]
+
+
+class Grid:
+    def cell(self, row, column):
+        return row, column
+'''
+
+CONFIG = '''\
+from geometry import centroid, scale
+
+
+def load(config):
+    name = config.get("name")
+    size = config.get("size")
+    return name, size
+
+
+def save(config, points):
+    name = config.get("name")
+┃
+    return name, size
+'''
+
+
+def site_for(tmp_path: Path, marked: str):
+    (tmp_path / "geometry.py").write_text(GEOMETRY)
+    offset = marked.index(CURSOR)
+    text = marked.replace(CURSOR, "")
+    path = tmp_path / "config.py"
+    path.write_text(text)
+    index = WorkspaceIndex([tmp_path])
+    index.build()
+    snapshot = Document(path.as_uri(), "python", 1, text).snapshot()
+    return build_site(snapshot, TextIndex(text).position_at(offset), CompletionKind.SINGLE_LINE, index), index
+
+
+def test_line_after_the_most_similar_line_is_re_indented(tmp_path: Path) -> None:
+    site, index = site_for(tmp_path, CONFIG)
+    found = similar_lines(site, index, disk_reader({}), 1)
+    assert [f.text for f in found] == ['    size = config.get("size")']
+    assert found[0].source == "similar-line" and found[0].detail.endswith("config.py:6")
+    assert previous_line(site) == '    name = config.get("name")'
+
+
+def test_similar_line_keeps_what_was_typed_out(tmp_path: Path) -> None:
+    site, index = site_for(tmp_path, CONFIG.replace("┃", "    size = ┃"))
+    assert [f.text for f in similar_lines(site, index, disk_reader({}), 1)] == ['config.get("size")']
+
+
+def test_calls_to_imported_functions_with_required_parameter_names(tmp_path: Path) -> None:
+    site, index = site_for(tmp_path, CONFIG.replace("┃", "    center = ┃"))
+    calls = [c.text for c in call_candidates(site, index, 4)]
+    assert calls == ["centroid(points)", "scale(points, factor)"]
+
+
+def test_call_at_a_blank_line_is_indented_and_typed_prefix_is_removed(tmp_path: Path) -> None:
+    site, index = site_for(tmp_path, CONFIG)
+    assert "    centroid(points)" in [c.text for c in call_candidates(site, index, 4)]
+    site, index = site_for(tmp_path, CONFIG.replace("┃", "    c = cen┃"))
+    assert [c.text for c in call_candidates(site, index, 4)] == ["troid(points)"]
+
+
+def test_identifier_completions_come_from_the_names_in_scope(tmp_path: Path) -> None:
+    site, index = site_for(tmp_path, CONFIG.replace("┃", "    x = poi┃"))
+    assert [c.text for c in identifier_completions(site, index, 4)] == ["nts"]
+    site, index = site_for(tmp_path, CONFIG.replace("┃", "    x = hidden_na┃"))
+    assert identifier_completions(site, index, 4) == []
+
+
+def test_retrieve_merges_sources_uniquely(tmp_path: Path) -> None:
+    site, index = site_for(tmp_path, CONFIG)
+    found = retrieve(site, index, disk_reader({}))
+    texts = [f.text for f in found]
+    assert len(texts) == len(set(texts))
+    assert {"similar-line", "call"} <= {f.source for f in found}
+    assert all("\n" not in t and t.strip() for t in texts)
+
+
+def test_context_lines_match_the_neighbours_above_and_below(tmp_path: Path) -> None:
+    marked = 'def f(d):\n    a = d["a"]\n    b = d["b"]\n    return a, b\n\n\ndef g(d):\n    a = d["a"]\n┃\n    return a, b\n'
+    site, _ = site_for(tmp_path, marked)
+    found = context_lines(site, 1)
+    assert [f.text for f in found] == ['    b = d["b"]']
+    assert found[0].source == "similar-context"

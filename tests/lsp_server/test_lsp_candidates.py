@@ -1,0 +1,97 @@
+"""Candidates, reranking and abstaining through the real server (scripted engines over stdio).
+
+The scripted model always writes `MODEL`; the scoring engine gives each candidate a per-token
+log-likelihood by rule, so these tests decide what the model "believes" and check what the
+server shows: the right retrieval candidate over the model's own text, nothing at all when no
+candidate is likely, and today's behaviour when the components are off or the engine cannot score.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lsp_harness import Session
+
+pytestmark = pytest.mark.asyncio
+
+GEOMETRY = "def centroid(points):\n    return sum(points) / len(points)\n"
+APP = "from geometry import centroid\n\n\ndef main(points):\n    center = \n    return center\n"
+MODEL = "cent"
+LIKELY = -0.05
+UNLIKELY = -9.0
+OFF = {"numCandidates": 1, "retrieval": False, "rerank": False, "abstain": False, "constraints": False}
+
+
+async def _session(tmp_path: Path, scores: list[list[object]] | None, options: dict[str, object] | None = None) -> tuple[Session, str]:
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "geometry.py").write_text(GEOMETRY)
+    fake: dict[str, object] = {"text": MODEL}
+    if scores is not None:
+        fake |= {"scores": scores, "score_default": UNLIKELY}
+    session = await Session.start_fake(root, fake, {"debounceMs": 0, **(options or {})})
+    await session.wait_ready()
+    return session, session.create("app.py", APP)
+
+
+def _texts(answer) -> list[str]:
+    return [item.insert_text for item in answer.items]
+
+
+async def test_reranking_shows_the_likely_retrieval_candidate_over_the_models_text(tmp_path: Path) -> None:
+    session, uri = await _session(tmp_path, [["centroid(points)", LIKELY]], {"abstain": False})
+    try:
+        assert _texts(await session.inline(uri, 4, 13)) == ["centroid(points)"]
+    finally:
+        assert await session.stop() == 0
+
+
+async def test_abstains_with_no_item_when_no_candidate_is_likely(tmp_path: Path) -> None:
+    session, uri = await _session(tmp_path, [])
+    try:
+        assert _texts(await session.inline(uri, 4, 13)) == []
+        explained = await session.command("glm5.explainContext", {"uri": uri, "position": {"line": 4, "character": 13}})
+        assert explained["abstained"] is True and explained["completion"] == ""
+        assert explained["scored"] is True
+        assert {"centroid(points)", MODEL} <= {c["text"] for c in explained["candidates"]}
+        assert not any(c["chosen"] for c in explained["candidates"])
+    finally:
+        assert await session.stop() == 0
+
+
+async def test_explain_reports_candidates_scores_and_the_constraint(tmp_path: Path) -> None:
+    session, uri = await _session(tmp_path, [["centroid(points)", LIKELY]], {"abstain": False})
+    try:
+        explained = await session.command("glm5.explainContext", {"uri": uri, "position": {"line": 4, "character": 13}})
+        by_text = {c["text"]: c for c in explained["candidates"]}
+        right = by_text["centroid(points)"]
+        assert right["chosen"] and "call" in right["sources"] and right["modelRank"] is None
+        assert by_text[MODEL]["modelRank"] == 0 and by_text[MODEL]["sources"] == ["model"]
+        assert right["score"] > by_text[MODEL]["score"]
+        assert right["features"]["parses"] == 1.0 and right["features"]["undefined"] == 0.0
+        constraint = explained["constraint"]
+        assert constraint["singleLine"] is True and constraint["openBrackets"] == ""
+        assert constraint["definedNames"] > 0 and "centroid" not in constraint["memberScopes"]
+        assert "prompt" in explained  # what the model saw is still there
+    finally:
+        assert await session.stop() == 0
+
+
+async def test_components_off_show_the_models_text_as_today(tmp_path: Path) -> None:
+    session, uri = await _session(tmp_path, [], OFF)
+    try:
+        assert _texts(await session.inline(uri, 4, 13)) == [MODEL]
+    finally:
+        assert await session.stop() == 0
+
+
+async def test_an_engine_that_cannot_score_shows_the_models_text(tmp_path: Path) -> None:
+    session, uri = await _session(tmp_path, None)
+    try:
+        assert _texts(await session.inline(uri, 4, 13)) == [MODEL]
+        explained = await session.command("glm5.explainContext", {"uri": uri, "position": {"line": 4, "character": 13}})
+        assert explained["scored"] is False and explained["completion"] == MODEL
+    finally:
+        assert await session.stop() == 0
