@@ -11,6 +11,7 @@ Invariants:
 - A superseded, stale or cancelled request stops before the engine if it is still debouncing
   or waiting for the model, and between decode steps otherwise. A request the client cancels
   while the model is still loading is answered empty, with a `glm5/status` saying why.
+- The prompt is built on a worker thread, so the event loop keeps answering meanwhile.
 - Streaming progress notifications (`glm5/inlineCompletionProgress`) carry post-processed text,
   only go to clients that opted in, and only for the request's current document version.
 """
@@ -20,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from context.positions import Position
@@ -146,7 +147,7 @@ class Completions:
             send_status(ls, "warming", "the model is still loading")
             return Answer("", job.trace_id, position, snapshot.version), "cancelled"
         started = time.perf_counter()
-        prepared = ls.prepare(snapshot, position, handle, force=not automatic)
+        prepared = await self._prepare(snapshot, position, handle, force=not automatic)
         record.update(kind=prepared.kind.value, prepare_s=time.perf_counter() - started)
         if prepared.prompt is None:
             return Answer("", job.trace_id, position, snapshot.version), "empty"
@@ -165,6 +166,12 @@ class Completions:
         )
         self._check_version(snapshot)
         return Answer(text, job.trace_id, position, snapshot.version), "answered" if text else "empty"
+
+    async def _prepare(self, snapshot: DocumentSnapshot, position: Position, handle, force: bool) -> pipeline.Prepared:
+        """Build the prompt on a worker thread (a large file must not stall the event loop); the
+        worker reads its own copy of the tree (tree-sitter trees are not thread-safe)."""
+        own = replace(snapshot, tree=snapshot.tree.copy()) if snapshot.tree is not None else snapshot
+        return await asyncio.to_thread(self._ls.prepare_later(own, position, handle, force))
 
     def _check_version(self, snapshot: DocumentSnapshot) -> None:
         current = self._ls.document_version(snapshot.uri)

@@ -28,6 +28,7 @@ from model_runtime.tokenizer import GlmTokenizer
 from .settings import ServerSettings
 
 RECENT_EDITS = 16
+MAX_LINE_CHARS = 20_000  # a longer line at the cursor is minified or generated text: no completion there
 BLOCK_OPENERS = (":", "{", "(", "[", "=>", "\\")
 MULTILINE_MIN_CONFIDENCE = 0.05  # past its first line, a block stops where the model is this unsure
 
@@ -99,9 +100,12 @@ def prepare(
     roots: Sequence[str] = (),
 ) -> Prepared:
     """Build the request for a completion at `position` (`force`: complete even where EMPTY).
+    A cursor on a line longer than `MAX_LINE_CHARS` gets no prompt (EMPTY), forced or not.
 
     `roots` (workspace folders) make the paths in the prompt header relative.
     """
+    if len(snapshot.line(position.line)) > MAX_LINE_CHARS:  # minified or generated: no useful prompt
+        return Prepared(snapshot, position, CompletionKind.EMPTY, None, sampling_for(CompletionKind.EMPTY, settings), (), None)
     kind = completion_kind(snapshot, position, settings.multiline)
     if kind is CompletionKind.EMPTY and force:
         kind = CompletionKind.SINGLE_LINE

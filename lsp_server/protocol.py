@@ -7,6 +7,9 @@ Role:
 - A request whose params cannot be decoded is answered with InvalidParams for its id (pygls
   would drop it, leaving the client waiting forever). Undecodable JSON is answered with a
   ParseError (id null), a message that is not a JSON-RPC object with InvalidRequest.
+- The lifecycle as LSP says (pygls drops such requests unanswered): a request before
+  `initialize` gets ServerNotInitialized (notifications then are dropped, `exit` excepted), a
+  request after `shutdown` gets InvalidRequest, a second `initialize` InvalidRequest too.
 
 Invariant: every request gets exactly one response; no input stops the read loop.
 """
@@ -37,6 +40,8 @@ class _UndecodableRequest:
 
 
 class Glm5Protocol(LanguageServerProtocol):
+    _initialize_seen = False
+
     def structure_message(self, data: dict[str, Any]) -> Any:
         try:
             return super().structure_message(data)
@@ -53,7 +58,29 @@ class Glm5Protocol(LanguageServerProtocol):
         if not hasattr(message, "jsonrpc"):
             self.send_error(None, types.ErrorCodes.InvalidRequest, "not a JSON-RPC message object")
             return
+        if self._out_of_lifecycle(message):
+            return
         super().handle_message(message)
+
+    def _out_of_lifecycle(self, message: Any) -> bool:
+        """Answer (or drop) a message that arrives before `initialize` or after `shutdown`."""
+        method, msg_id = getattr(message, "method", None), getattr(message, "id", None)
+        if method is None or method == types.EXIT:
+            return False
+        is_request = msg_id is not None
+        if method == types.INITIALIZE:
+            if self._initialize_seen and is_request:
+                self.send_error(msg_id, types.ErrorCodes.InvalidRequest, "initialize: the server is already initialized")
+                return True
+            self._initialize_seen = True
+        if not self._initialize_seen:
+            if is_request:
+                self.send_error(msg_id, types.ErrorCodes.ServerNotInitialized, f"{method}: the server is not initialized yet")
+            return True
+        if self._shutdown and is_request:
+            self.send_error(msg_id, types.ErrorCodes.InvalidRequest, f"{method}: the server is shutting down")
+            return True
+        return False
 
     def send_error(self, msg_id: int | str | None, code: types.ErrorCodes, message: str) -> None:
         """An error response; id may be None (JSON-RPC requires `"id": null` then)."""

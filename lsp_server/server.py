@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine, Iterator, Mapping
+import sys
+from collections.abc import Callable, Coroutine, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from context.cursor import CursorTracker
 from context.document import Document, DocumentSnapshot
@@ -38,6 +39,7 @@ from .completions import Completions
 from .engine_client import EngineClient, ModelHandle, ModelLoader, RuntimeOptions, load_runtime
 from .errors import Glm5Error, StaleRequest, Superseded
 from .fixer import Fixer
+from .framing import ResyncingInput
 from .jobs import CompletionJobs
 from .pipeline import Prepared
 from .progress import send_status
@@ -160,10 +162,18 @@ class Glm5Server(LanguageServer):
 
     def prepare(self, snapshot: DocumentSnapshot, position: Position, handle: ModelHandle, force: bool = False) -> Prepared:
         """The completion pipeline's request for `position`, with all of the server's context."""
-        return pipeline.prepare(
+        return self.prepare_later(snapshot, position, handle, force)()
+
+    def prepare_later(
+        self, snapshot: DocumentSnapshot, position: Position, handle: ModelHandle, force: bool = False
+    ) -> Callable[[], Prepared]:
+        """`prepare`, with the server's context captured now (on the loop) and the work left to a
+        call that may run on a worker thread."""
+        args = (
             snapshot, position, handle.tokenizer, handle.context_length, self.settings, self.index,
             self.open_snapshots(exclude=snapshot.uri), self.recent_edits, force, [str(r) for r in self.roots],
         )
+        return lambda: pipeline.prepare(*args)
 
     def report_server_error(self, error: Exception, source: object) -> None:
         """Errors outside a request's answer: logged; undecodable input is answered."""
@@ -174,6 +184,10 @@ class Glm5Server(LanguageServer):
         else:
             log.error("%s: %s", getattr(source, "__name__", source), error)
         self.protocol.report_bad_input(error)
+
+    def start_io(self, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> None:
+        """Serve over stdio, re-synchronising on the next header after a framing error."""
+        super().start_io(ResyncingInput(stdin or sys.stdin.buffer), stdout)
 
     def shutdown_runtime(self) -> None:
         self.state.stop_watcher()

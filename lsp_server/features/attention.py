@@ -16,10 +16,11 @@ and generating steps; `share` is the fraction of all prompt selections (`context
 
 from __future__ import annotations
 
+import asyncio
 import itertools
-from dataclasses import asdict
 from typing import Any
 
+from lsprotocol import types
 from pygls.uris import from_fs_path
 
 from context.heat import HeatMap, HeatMapError, LineHeat, PromptSpans, heat_map
@@ -27,6 +28,7 @@ from model_runtime.api import GenerationRequest
 
 from .. import convert
 from ..errors import InvalidParams
+from .commands import lsp_json, with_own_tree
 
 EXPLAIN_ATTENTION = "glm5.explainAttention"
 _ids = itertools.count()
@@ -42,7 +44,8 @@ def register(ls: Glm5Server) -> None:
         raw = args[0]
         uri = convert.parse_uri(raw, EXPLAIN_ATTENTION)
         if "position" in raw:
-            position = convert.parse_position(raw["position"], f"{EXPLAIN_ATTENTION} position")
+            given = convert.parse_position(raw["position"], f"{EXPLAIN_ATTENTION} position")
+            position = ls.state.encoding.position_in(ls.state.lines(uri), types.Position(line=given.line, character=given.character))
         elif (cursor := ls.cursors.get(uri)) is not None:
             position = cursor
         else:
@@ -51,11 +54,12 @@ def register(ls: Glm5Server) -> None:
 
 
 async def explain_attention_at(ls: Glm5Server, uri: str, position: Any) -> dict[str, Any]:
-    snapshot = ls.snapshot(uri)
+    snapshot, encoding = ls.snapshot(uri), ls.state.encoding
     handle = await ls.engine.ready()
-    prepared = ls.prepare(snapshot, position, handle, force=True)
+    prepared = await asyncio.to_thread(ls.prepare_later(with_own_tree(snapshot), position, handle, force=True))
     prompt = prepared.prompt
-    assert prompt is not None  # force=True always builds one
+    if prompt is None:  # forced prompts exist everywhere except on a line too long to complete
+        raise InvalidParams(f"{EXPLAIN_ATTENTION}: no prompt at {position}: the line is too long to complete")
     request = GenerationRequest(f"explain-attention-{next(_ids)}", prompt.ids, prepared.sampling, record_attention=True)
     result = await ls.engine.generate(request)
     record = result.attention
@@ -70,25 +74,27 @@ async def explain_attention_at(ls: Glm5Server, uri: str, position: Any) -> dict[
     return {
         "uri": uri,
         "version": snapshot.version,
-        "position": {"line": prepared.position.line, "character": prepared.position.character},
+        "position": lsp_json(encoding.position_out(snapshot.lines, prepared.position)),
         "kind": prepared.kind.value,
         "completion": result.text,
         "queries": record.queries,
         "layers": record.layers,
         "indexTopk": record.index_topk,
-        **_heat_json(heat),
+        **_heat_json(heat, ls),
         "expertLoad": [list(load) for load in record.expert_load],
     }
 
 
-def _heat_json(heat: HeatMap) -> dict[str, Any]:
+def _heat_json(heat: HeatMap, ls: Glm5Server) -> dict[str, Any]:
+    """The heat map as JSON; snippet ranges in the client's position encoding."""
+    encoding = ls.state.encoding
     share = (lambda n: n / heat.total) if heat.total else (lambda n: 0.0)
     return {
         "total": heat.total,
         "snippets": [
             {
                 "uri": from_fs_path(s.snippet.path) or s.snippet.path,
-                "range": {"start": asdict(s.snippet.range.start), "end": asdict(s.snippet.range.end)},
+                "range": lsp_json(encoding.range_out(None if encoding.identity else ls.state.file_lines(s.snippet.path), s.snippet.range)),
                 "reason": s.snippet.reason,
                 "tokens": s.tokens,
                 "selections": s.selections,

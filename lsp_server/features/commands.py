@@ -20,9 +20,11 @@ glm5.didAcceptCompletion.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict
+import asyncio
+from dataclasses import asdict, replace
 from typing import Any
 
+from context.document import DocumentSnapshot
 from lsprotocol import types
 from pygls.uris import from_fs_path
 
@@ -99,9 +101,10 @@ async def explain(ls: Glm5Server, uri: str, position: Any, run: bool = True) -> 
     candidates, their scores and what the constraint did (`candidates.explain`)."""
     snapshot, encoding = ls.snapshot(uri), ls.state.encoding
     handle = await ls.engine.ready()
-    prepared = ls.prepare(snapshot, position, handle, force=True)
+    prepared = await asyncio.to_thread(ls.prepare_later(with_own_tree(snapshot), position, handle, force=True))
     prompt = prepared.prompt
-    assert prompt is not None  # force=True always builds one
+    if prompt is None:  # forced prompts exist everywhere except on a line too long to complete
+        raise InvalidParams(f"glm5.explainContext: no prompt at {position}: the line is too long to complete")
     outcome: dict[str, Any] = {}
     if run:
         plan = candidates.make_plan(prepared, ls.settings, handle.tokenizer, ls.index, ls.open_snapshots(exclude=uri), ls.engine.can_score)
@@ -110,14 +113,14 @@ async def explain(ls: Glm5Server, uri: str, position: Any, run: bool = True) -> 
         **outcome,
         "uri": uri,
         "version": snapshot.version,
-        "position": _json(encoding.position_out(snapshot.lines, prepared.position)),
+        "position": lsp_json(encoding.position_out(snapshot.lines, prepared.position)),
         "kind": prepared.kind.value,
         "prompt": handle.tokenizer.decode(list(prompt.ids), skip_special=False),
         "tokens": {**prompt.token_counts, "total": len(prompt.ids)},
         "snippets": [
             {
                 "uri": from_fs_path(s.path) or s.path,
-                "range": _json(encoding.range_out(None if encoding.identity else ls.state.file_lines(s.path), s.range)),
+                "range": lsp_json(encoding.range_out(None if encoding.identity else ls.state.file_lines(s.path), s.range)),
                 "reason": s.reason,
                 "detail": s.detail,
                 "tokens": s.tokens,
@@ -128,10 +131,15 @@ async def explain(ls: Glm5Server, uri: str, position: Any, run: bool = True) -> 
     }
 
 
-def _json(value: types.Position | types.Range) -> dict[str, Any]:
+def with_own_tree(snapshot: DocumentSnapshot) -> DocumentSnapshot:
+    """The snapshot with a copy of its tree, for a worker thread (trees are not thread-safe)."""
+    return replace(snapshot, tree=snapshot.tree.copy()) if snapshot.tree is not None else snapshot
+
+
+def lsp_json(value: types.Position | types.Range) -> dict[str, Any]:
     if isinstance(value, types.Position):
         return {"line": value.line, "character": value.character}
-    return {"start": _json(value.start), "end": _json(value.end)}
+    return {"start": lsp_json(value.start), "end": lsp_json(value.end)}
 
 
 def _index_summary(ls: Glm5Server) -> dict[str, Any] | None:

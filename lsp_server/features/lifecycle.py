@@ -42,6 +42,9 @@ def register(ls: Glm5Server) -> None:
 
     @ls.feature(types.INITIALIZED)
     def initialized(ls: Glm5Server, params: types.InitializedParams) -> None:
+        if ls.startup_task is not None:
+            log.warning("initialized: start-up already ran; ignored")
+            return
         ls.engine.start_loading(lambda: locate_model(ls), ls.runtime_options)
         ls.startup_task = ls.background(run_start_up(ls))
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
+import pytest
 from lsprotocol import types
+from pygls.exceptions import JsonRpcException
 
 from lsp_harness import Session
 from lsp_server.engine_client import ModelHandle
@@ -64,3 +66,41 @@ async def test_a_failing_background_task_is_logged_with_its_error(caplog):
             if not server._tasks:
                 break
     assert any(r.name.startswith("lsp_server") and "index refresh exploded" in (r.getMessage() + str(r.exc_info)) for r in caplog.records)
+
+
+async def test_after_a_content_length_mismatch_the_next_message_is_served(tmp_path):
+    session = await Session.start_fake(tmp_path, {})
+    try:
+        body = b'{"jsonrpc": "2.0", "id": "cut", "method": "workspace/executeCommand", "params": {"command": "glm5.stats"}}'
+        session.client._server.stdin.write(b"Content-Length: %d\r\n\r\n%s" % (len(body) - 10, body))  # declared too short
+        stats = await asyncio.wait_for(session.stats(), 20)
+        assert "model" in stats
+    finally:
+        assert await session.stop() == 0
+
+
+async def test_requests_before_initialize_and_after_shutdown_are_answered_with_errors(tmp_path):
+    import json
+    import sys
+
+    from lsp_harness import TESTS, server_env
+    from pygls.lsp.client import LanguageClient
+
+    client = LanguageClient("raw", "1")
+    await client.start_io(sys.executable, str(TESTS / "fake_lsp_server.py"), env=server_env({"GLM5_FAKE": json.dumps({})}))
+    try:
+        with pytest.raises(JsonRpcException) as early:
+            await asyncio.wait_for(client.workspace_execute_command_async(types.ExecuteCommandParams(command="glm5.stats")), 20)
+        assert early.value.code == types.ErrorCodes.ServerNotInitialized
+        await client.initialize_async(types.InitializeParams(capabilities=types.ClientCapabilities()))
+        with pytest.raises(JsonRpcException) as again:
+            await asyncio.wait_for(client.initialize_async(types.InitializeParams(capabilities=types.ClientCapabilities())), 20)
+        assert again.value.code == types.ErrorCodes.InvalidRequest
+        await client.shutdown_async(None)
+        with pytest.raises(JsonRpcException) as late:
+            await asyncio.wait_for(client.workspace_execute_command_async(types.ExecuteCommandParams(command="glm5.stats")), 20)
+        assert late.value.code == types.ErrorCodes.InvalidRequest
+        client.exit(None)
+        assert await asyncio.wait_for(client._server.wait(), 20) == 0
+    finally:
+        await client.stop()
