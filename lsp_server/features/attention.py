@@ -16,7 +16,6 @@ and generating steps; `share` is the fraction of all prompt selections (`context
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 from typing import Any
 
@@ -28,7 +27,7 @@ from model_runtime.api import GenerationRequest
 
 from .. import convert
 from ..errors import InvalidParams
-from .commands import lsp_json, with_own_tree
+from .commands import forced_prompt, lsp_json
 
 EXPLAIN_ATTENTION = "glm5.explainAttention"
 _ids = itertools.count()
@@ -54,12 +53,8 @@ def register(ls: Glm5Server) -> None:
 
 
 async def explain_attention_at(ls: Glm5Server, uri: str, position: Any) -> dict[str, Any]:
-    snapshot, encoding = ls.snapshot(uri), ls.state.encoding
-    handle = await ls.engine.ready()
-    prepared = await asyncio.to_thread(ls.prepare_later(with_own_tree(snapshot), position, handle, force=True))
-    prompt = prepared.prompt
-    if prompt is None:  # forced prompts exist everywhere except on a line too long to complete
-        raise InvalidParams(f"{EXPLAIN_ATTENTION}: no prompt at {position}: the line is too long to complete")
+    snapshot, handle, prepared = await forced_prompt(ls, uri, position, EXPLAIN_ATTENTION)
+    encoding, prompt = ls.state.encoding, prepared.prompt
     request = GenerationRequest(f"explain-attention-{next(_ids)}", prompt.ids, prepared.sampling, record_attention=True)
     result = await ls.engine.generate(request)
     record = result.attention

@@ -96,15 +96,22 @@ def register(ls: Glm5Server) -> None:
         ls.stats.telemetry_event("accepted", str(raw["completionId"]))
 
 
+async def forced_prompt(ls: Glm5Server, uri: str, position: Any, command: str):
+    """The completion request a command explains at `position`, built off the event loop:
+    (snapshot, handle, prepared), the prompt forced even where a completion would not run."""
+    snapshot = ls.snapshot(uri)
+    handle = await ls.engine.ready()
+    prepared = await asyncio.to_thread(ls.prepare_later(with_own_tree(snapshot), position, handle, force=True))
+    if prepared.prompt is None:  # forced prompts exist everywhere except on a line too long to complete
+        raise InvalidParams(f"{command}: no prompt at {position}: the line is too long to complete")
+    return snapshot, handle, prepared
+
+
 async def explain(ls: Glm5Server, uri: str, position: Any, run: bool = True) -> dict[str, Any]:
     """What the model sees at `position`; with `run`, also the completion run there: its
     candidates, their scores and what the constraint did (`candidates.explain`)."""
-    snapshot, encoding = ls.snapshot(uri), ls.state.encoding
-    handle = await ls.engine.ready()
-    prepared = await asyncio.to_thread(ls.prepare_later(with_own_tree(snapshot), position, handle, force=True))
-    prompt = prepared.prompt
-    if prompt is None:  # forced prompts exist everywhere except on a line too long to complete
-        raise InvalidParams(f"glm5.explainContext: no prompt at {position}: the line is too long to complete")
+    snapshot, handle, prepared = await forced_prompt(ls, uri, position, "glm5.explainContext")
+    encoding, prompt = ls.state.encoding, prepared.prompt
     outcome: dict[str, Any] = {}
     if run:
         plan = candidates.make_plan(prepared, ls.settings, handle.tokenizer, ls.index, ls.open_snapshots(exclude=uri), ls.engine.can_score)
