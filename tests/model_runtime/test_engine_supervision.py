@@ -7,6 +7,7 @@ hang shows up as a failed assertion, not a stuck suite.
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -79,10 +80,24 @@ def test_stop_finishes_every_sequence_as_aborted_and_fails_every_pending_call(ti
     engine = tiny.engine()
     long = Outcome()
     engine.submit(request("long", max_tokens=400), None, long)
+    while not engine.stats().generated_tokens:  # "long" is decoding
+        time.sleep(0.01)
+    gate, held = threading.Event(), threading.Event()
+    holder = threading.Thread(target=lambda: engine.call(lambda: (held.set(), gate.wait(WAIT))))
+    holder.start()
+    assert held.wait(WAIT), "the engine thread never ran the call"
     prefilled: list[object] = []
     worker = threading.Thread(target=lambda: prefilled.append(_outcome(lambda: engine.prefill(list(range(30, 200))))))
-    worker.start()
-    engine.shutdown()
+    worker.start()  # the prefill waits: the engine thread is held until the stop begins
+    while engine._commands.empty():
+        time.sleep(0.01)
+    stopper = threading.Thread(target=engine.shutdown)
+    stopper.start()
+    while not engine._stopping:
+        time.sleep(0.01)
+    gate.set()
+    stopper.join(WAIT)
+    holder.join(WAIT)
     worker.join(WAIT)
     assert not worker.is_alive(), "a prefill waiting during shutdown never returned"
     assert long.wait().finish_reason is FinishReason.ABORT
