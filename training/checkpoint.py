@@ -36,6 +36,7 @@ class TrainState:
     tokens: int = 0  # positions trained on (batch x context per micro-batch)
     target_tokens: int = 0  # of which carried loss (mask 1)
     elapsed_s: float = 0.0  # training wall time, summed over resumed runs
+    cpu_s: float = 0.0  # process CPU seconds of training steps, summed over resumed runs
     total_steps: int = 0  # fixed once known (the lr schedule depends on it)
     stream: StreamState = field(default_factory=StreamState)
     last_eval: dict = field(default_factory=dict)

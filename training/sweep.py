@@ -1,10 +1,12 @@
-"""A recipe sweep at an equal token budget: train each variant, evaluate, one table and the curves.
+"""A recipe sweep at an equal budget: train each variant, evaluate, one table and the curves.
 
 Role: compare training recipes for the embedded model fairly on a shared, loaded machine. Every
-variant trains on the same number of positions (`--tokens`), not the same wall time: other
-people's load changes how many tokens a minute buys, so a wall-clock budget would reward the
-variant that happened to run while the machine was quiet. Each variant's tokens/s is reported
-too, so the speed options can be weighed against what they cost per token.
+variant trains either on the same number of positions (`--tokens`) or for the same process CPU
+seconds of training steps (`--cpu-seconds`, the trainer's `--cpu-budget`), never the same wall
+time: other people's load changes how many tokens a minute buys, so a wall-clock budget would
+reward the variant that happened to run while the machine was quiet. An equal CPU budget lets a
+faster step buy more tokens, which is what a recipe's speed options are for; each variant's
+tokens, CPU seconds and tokens/s are reported.
 
 Each variant is a set of `training.train` flags (and a shard directory). After training, the
 export is scored with `training.evaluate` on the first `--heldout-files` held-out files: exact
@@ -15,7 +17,10 @@ Outputs in `--out`: one run directory per variant (resumable: a finished variant
 interrupted one resumes), `results.json`, `table.md`, and `curves.csv` (step, tokens, training
 loss and held-out loss of every variant).
 
-Run: `python -m training.sweep --tokens 200000 --out runs/sweep --threads 1`.
+Run: `python -m training.sweep --tokens 200000 --out runs/sweep --threads 1`, or
+`--cpu-seconds 900` instead of `--tokens`. Variants can run as separate concurrent processes on
+the same `--out` (`--variants today` and `--variants muon`); a last call naming all of them finds
+them trained and scored, and writes the table.
 """
 
 from __future__ import annotations
@@ -52,14 +57,23 @@ VARIANTS = {v.name: v for v in (
 
 
 def train_flags(variant: Variant, args: argparse.Namespace, run_dir: Path) -> list[str]:
-    steps = max(1, args.tokens // (args.batch_size * 1024))
     return [
         "--preset", args.preset, "--train-data", str(variant.train_data), "--heldout-data", str(args.heldout_data),
         "--tokenizer", str(args.tokenizer), "--run-dir", str(run_dir), "--batch-size", str(args.batch_size),
-        "--total-tokens", str(args.tokens), "--warmup-steps", str(max(1, steps // 10)),
-        "--eval-every", str(max(1, steps // args.evals)), "--eval-rows", str(args.eval_rows),
+        *budget_flags(args), "--eval-rows", str(args.eval_rows), "--seed", str(args.seed),
         "--threads", str(args.threads), "--checkpoint-minutes", "3", *variant.flags,
     ]
+
+
+def budget_flags(args: argparse.Namespace) -> list[str]:
+    """Tokens: warm-up and evaluations as fractions of the known steps. CPU seconds: the step
+    count is not known ahead, so both come from `--warmup-steps` and `--eval-every`."""
+    if args.cpu_seconds:
+        return ["--total-tokens", "0", "--cpu-budget", str(args.cpu_seconds),
+                "--warmup-steps", str(args.warmup_steps), "--eval-every", str(args.eval_every)]
+    steps = max(1, args.tokens // (args.batch_size * 1024))
+    return ["--total-tokens", str(args.tokens), "--warmup-steps", str(max(1, steps // 10)),
+            "--eval-every", str(max(1, steps // args.evals))]
 
 
 def run_variant(variant: Variant, args: argparse.Namespace) -> dict:
@@ -72,7 +86,7 @@ def run_variant(variant: Variant, args: argparse.Namespace) -> dict:
     summary = json.loads((run_dir / "training.json").read_text())
     speeds = [r["tok_per_s"] for r in _log(run_dir) if "tok_per_s" in r]
     return {"variant": variant.name, "about": variant.about, "tokens": summary["tokens"],
-            "wall_time_s": summary["wall_time_s"], "median_tok_per_s": sorted(speeds)[len(speeds) // 2] if speeds else None,
+            "wall_time_s": summary["wall_time_s"], "cpu_time_s": summary.get("cpu_time_s"), "median_tok_per_s": sorted(speeds)[len(speeds) // 2] if speeds else None,
             "train_mix_heldout_loss": summary["heldout"].get("heldout_loss")} | result
 
 
@@ -94,35 +108,42 @@ def _log(run_dir: Path) -> list[dict]:
 def write_curves(names: list[str], out: Path) -> None:
     with (out / "curves.csv").open("w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["variant", "step", "tokens", "train_loss", "heldout_loss"])
+        writer.writerow(["variant", "step", "tokens", "cpu_s", "train_loss", "heldout_loss"])
         for name in names:
-            tokens = {}
+            seen: dict[int, tuple] = {}
             for r in _log(out / name):
                 if "loss" in r:
-                    tokens[r["step"]] = r["tokens"]
-                    writer.writerow([name, r["step"], r["tokens"], round(r["loss"], 4), ""])
+                    seen[r["step"]] = (r["tokens"], r.get("cpu_s", ""))
+                    writer.writerow([name, r["step"], *seen[r["step"]], round(r["loss"], 4), ""])
                 elif "heldout_loss" in r:
-                    writer.writerow([name, r["step"], tokens.get(r["step"], ""), "", round(r["heldout_loss"], 4)])
+                    writer.writerow([name, r["step"], *seen.get(r["step"], ("", "")), "", round(r["heldout_loss"], 4)])
 
 
 def table(results: list[dict], reference: dict | None) -> str:
     base = next((r for r in results if r["variant"] == "today"), None)
-    lines = ["| variant | recipe | held-out loss (nats/token) | vs today | bits/byte | held-out exact | "
-             "training-mix held-out loss | median tok/s |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| variant | recipe | tokens | CPU s | held-out loss (nats/token) | vs today | bits/byte | held-out exact | "
+             "training-mix held-out loss | median tok/s |", "|---|---|---|---|---|---|---|---|---|---|"]
     rows = ([{"variant": "shipped model", "about": "today's embedded model (9.3M tokens)", **reference}] if reference else []) + results
     for r in rows:
         delta = f"{(r['heldout_loss'] / base['heldout_loss'] - 1) * 100:+.1f}%" if base and r.get("tokens") else "-"
         mix = f"{r['train_mix_heldout_loss']:.3f}" if r.get("train_mix_heldout_loss") else "-"
         speed = f"{r['median_tok_per_s']:,.0f}" if r.get("median_tok_per_s") else "-"
-        lines.append(f"| {r['variant']} | {r['about']} | {r['heldout_loss']:.3f} | {delta} | {r['bits_per_byte']:.3f} | "
+        tokens = f"{r['tokens']:,}" if r.get("tokens") else "-"
+        cpu = f"{r['cpu_time_s']:,.0f}" if r.get("cpu_time_s") else "-"
+        lines.append(f"| {r['variant']} | {r['about']} | {tokens} | {cpu} | {r['heldout_loss']:.3f} | {delta} | {r['bits_per_byte']:.3f} | "
                      f"{r['exact_match']:.1%} ({r['holes']}) | {mix} | {speed} |")
     return "\n".join(lines) + "\n"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description="Recipe sweep at an equal token budget.")
+    p = argparse.ArgumentParser(description="Recipe sweep at an equal token or CPU-time budget.")
     p.add_argument("--variants", default="today,fast,lines,muon,lr6e-3", help=f"comma-separated, from: {', '.join(VARIANTS)}")
-    p.add_argument("--tokens", type=int, required=True, help="training positions per variant")
+    budget = p.add_mutually_exclusive_group(required=True)
+    budget.add_argument("--tokens", type=int, help="training positions per variant")
+    budget.add_argument("--cpu-seconds", type=float, help="process CPU seconds of training steps per variant")
+    p.add_argument("--warmup-steps", type=int, default=2, help="with --cpu-seconds: learning-rate warm-up steps")
+    p.add_argument("--eval-every", type=int, default=4, help="with --cpu-seconds: steps between held-out evaluations")
+    p.add_argument("--seed", type=int, default=0, help="the same for every variant: weights and batch order")
     p.add_argument("--out", type=Path, default=Path("runs/sweep"))
     p.add_argument("--preset", default="small")
     p.add_argument("--batch-size", type=int, default=4)

@@ -8,7 +8,10 @@ checkpoint format through `model_runtime.loader.save_checkpoint` plus the tokeni
 
 Budget: `--total-tokens` fixes the schedule in steps (reproducible; a resumed run is identical
 to an uninterrupted one). `--time-budget` alone makes the schedule follow wall-clock progress
-instead; with both, whichever runs out first ends the run.
+instead, and `--cpu-budget` the process CPU seconds spent in training steps (fair between runs
+that share a loaded machine, where wall time is not); with several, whichever runs out first
+ends the run. Both clocks are summed over resumed runs and stored in the checkpoint; held-out
+evaluations and checkpoint writes are not counted.
 
 Invariants:
 - Inputs are `row[:-1]`, targets `row[1:]`, loss mask `mask[1:]` (the shards' rows are one
@@ -46,6 +49,8 @@ from training.schedule import LrSchedule, Phase, dsa_phase
 from training.stream import BatchStream, PackedDataset
 from training.tokenizer import DEFAULT_OUT as DEFAULT_TOKENIZER
 
+# Process CPU seconds (every thread of this process), module-level so a test can drive it.
+cpu_clock = time.process_time
 RESUME_KEYS = ("model", "batch_size", "grad_accum", "seed", "data", "total_steps", "optimizer", "init_from")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
@@ -61,6 +66,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step")
     p.add_argument("--total-tokens", type=int, default=0, help="training positions in the schedule (0: use --time-budget)")
     p.add_argument("--time-budget", type=float, default=0.0, help="seconds of training")
+    p.add_argument("--cpu-budget", type=float, default=0.0,
+                   help="process CPU seconds of training steps (all threads); fair on a shared machine")
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--min-lr-ratio", type=float, default=0.1)
     p.add_argument("--warmup-steps", type=int, default=100)
@@ -87,8 +94,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--checkpoint-minutes", type=float, default=10.0)
     p.add_argument("--max-steps", type=int, default=0, help="stop (with a checkpoint) after this many steps in this process")
     args = p.parse_args(argv)
-    if args.total_tokens <= 0 and args.time_budget <= 0:
-        p.error("give --total-tokens or --time-budget (or both)")
+    if args.total_tokens <= 0 and args.time_budget <= 0 and args.cpu_budget <= 0:
+        p.error("give --total-tokens, --time-budget or --cpu-budget")
     if args.indexer_every < 1 or args.mtp_stride < 1:
         p.error("--indexer-every and --mtp-stride must be >= 1")
     return args
@@ -133,10 +140,11 @@ class Trainer:
 
     # ---- schedule ---------------------------------------------------------------------
     def progress(self) -> float:
-        """Fraction of the budget used: by steps, by wall time, or the larger of the two."""
+        """Fraction of the budget used: by steps, by wall time or by CPU time, the largest."""
         by_steps = self.state.step / self.state.total_steps if self.state.total_steps else 0.0
         by_time = self.state.elapsed_s / self.args.time_budget if self.args.time_budget else 0.0
-        return max(by_steps, by_time)
+        by_cpu = self.state.cpu_s / self.args.cpu_budget if self.args.cpu_budget else 0.0
+        return max(by_steps, by_time, by_cpu)
 
     def phase(self) -> Phase:
         return dsa_phase(self.progress(), self.args.dense_fraction)
@@ -225,11 +233,12 @@ class Trainer:
                       f"{self.tokens_per_step} tokens/step, device {self.device}, resumed at step {self.state.step}")
         last_save, steps_here = time.monotonic(), 0
         while self.progress() < 1.0 and not self._stop:
-            started = time.monotonic()
+            started, cpu_started = time.monotonic(), cpu_clock()
             metrics = self.step()
             self.state.elapsed_s += time.monotonic() - started
+            self.state.cpu_s += cpu_clock() - cpu_started
             steps_here += 1
-            progress.update(self.state.step, self.state.tokens, metrics)
+            progress.update(self.state.step, self.state.tokens, metrics | {"cpu_s": round(self.state.cpu_s, 2)})
             if args.eval_every and self.state.step % args.eval_every == 0:
                 progress.log(self.state.step, self.evaluate())
                 progress.reset_rate(self.state.tokens)
@@ -250,7 +259,7 @@ class Trainer:
         summary = {
             "preset": self.args.preset, "parameters": parameter_counts(self.cfg),
             "steps": self.state.step, "tokens": self.state.tokens, "target_tokens": self.state.target_tokens,
-            "wall_time_s": round(self.state.elapsed_s, 1),
+            "wall_time_s": round(self.state.elapsed_s, 1), "cpu_time_s": round(self.state.cpu_s, 1),
             "context": self.context, "heldout": final, "hardware": _hardware(self.device), "args": {k: str(v) for k, v in vars(self.args).items()},
             "data": self.train_data.index["stats"], "sample_config": self.train_data.index["sample_config"],
         }
