@@ -2,7 +2,8 @@
 
 Role: the numbers in the model card and the README.
 1. HumanEval single-line infilling (`training.humaneval`): execution-based pass@1 and exact match.
-2. Held-out files of the corpus: exact match on random single-line holes (fixed seed) and, for the
+2. Held-out files of the corpus: exact match on random single-line holes (fixed seed; `matched`
+   lists the holes answered exactly, so two models can be compared hole by hole) and, for the
    model, per-token loss (nats/token and bits/byte) of plain left-to-right windows.
 3. The same hole metrics for the non-neural baselines (`training.baselines`).
 
@@ -165,7 +166,9 @@ def run(args: argparse.Namespace) -> dict:
     if "heldout" in args.tasks:
         documents = load_documents(args.manifest, "heldout")
         holes = heldout_holes(documents, args.heldout_files, args.holes_per_file, args.seed)
-        results["heldout"] = {"holes": len(holes), "exact_match": exact_match(complete_all(completer, holes), holes)}
+        answers = complete_all(completer, holes)
+        results["heldout"] = {"holes": len(holes), "exact_match": exact_match(answers, holes),
+                              "matched": [i for i, (a, h) in enumerate(zip(answers, holes)) if exact_match([a], [h])]}
         if loaded is not None:
             chosen = sorted(documents, key=lambda d: (d.source, d.path))[: args.heldout_files]
             results["heldout"]["loss"] = heldout_loss(loaded, chosen, args.context)

@@ -116,3 +116,6 @@ def test_cli_writes_results(tmp_path, manifest_path, capsys):
     assert results["completer"] == "similar-line"
     assert results["humaneval"]["holes"] == 1 and results["heldout"]["holes"] > 0
     assert json.loads(capsys.readouterr().out) == results
+    heldout = results["heldout"]
+    assert len(heldout["matched"]) == round(heldout["exact_match"] * heldout["holes"])
+    assert all(0 <= i < heldout["holes"] for i in heldout["matched"])
