@@ -83,13 +83,17 @@ def data_section(manifest: dict, tokens: dict[str, int] | None) -> str:
     ])
 
 
-def training_section(summary: dict, shards: dict) -> str:
+def training_section(summary: dict, shards: dict, base_card: str | None = None) -> str:
     params = summary["parameters"]
     stats = shards["stats"]
     fim = stats.get("samples_spm", 0) + stats.get("samples_psm", 0)
     samples = fim + stats.get("samples_plain", 0)
+    args = summary["args"]
+    warm = args.get("init_from") not in (None, "None")
     return "\n\n".join([
-        "## Training",
+        "## Training" if not warm else "## Continued training",
+        *([f"Warm start: every weight starts from `{args['init_from']}`, the model described under "
+           "\"Base model\" below; this section is the continued training only."] if warm else []),
         _table(["", ""], [
             ["preset", summary["preset"]],
             ["parameters", f"{params['total'] / 1e6:.1f}M total, {params['active'] / 1e6:.1f}M active per token"],
@@ -97,18 +101,39 @@ def training_section(summary: dict, shards: dict) -> str:
             ["tokens seen", f"{summary['tokens'] / 1e6:.1f}M positions ({summary['target_tokens'] / 1e6:.1f}M with loss)"],
             ["optimizer steps", str(summary["steps"])],
             ["wall time", f"{summary['wall_time_s'] / 3600:.2f} h"],
+            *([["CPU time", f"{summary['cpu_time_s'] / 3600:.2f} h (process CPU seconds of training steps)"]]
+              if summary.get("cpu_time_s") else []),
             ["hardware", summary.get("hardware", "-")],
             ["held-out loss (training mix)", f"{summary['heldout'].get('heldout_loss', float('nan')):.3f} nats/token"],
         ]),
         f"Samples: {samples} in the training shards, {fim / max(1, samples):.0%} fill-in-the-middle "
         f"(SPM {stats.get('samples_spm', 0)}, PSM {stats.get('samples_psm', 0)}), the rest left-to-right; "
-        f"{stats.get('snippet_samples', 0)} carry cross-file snippets; padding {stats['padding_fraction']:.1%}.",
-        "Schedule: AdamW, linear warm-up then cosine decay; DSA dense warm-up (indexer trained by KL "
-        "against the attention distribution) for the first "
-        f"{float(summary['args'].get('dense_fraction', 0)):.0%}, then sparse attention with top-k; MoE routing "
+        f"{stats.get('snippet_samples', 0)} carry cross-file snippets; padding {stats['padding_fraction']:.1%}; "
+        f"FIM middles: {shards['sample_config'].get('middle', 'mixed')}.",
+        f"Schedule: {_optimizer_name(args)}, peak learning rate {args.get('lr', '-')}, linear warm-up then cosine decay; "
+        "DSA dense warm-up (indexer trained by KL against the attention distribution) for the first "
+        f"{float(args.get('dense_fraction', 0)):.0%}, then sparse attention with top-k; MoE routing "
         "balanced by auxiliary-loss-free bias updates; MTP loss weight "
-        f"{summary['args'].get('mtp_weight', '-')}.",
+        f"{args.get('mtp_weight', '-')}.",
+        *([_base_section(base_card)] if warm and base_card else []),
     ])
+
+
+def _optimizer_name(args: dict) -> str:
+    return "Muon for the block matrices, AdamW for the rest" if args.get("optimizer") == "muon" else "AdamW"
+
+
+def _base_section(card: str) -> str:
+    """The base model's corpus summary and training section, quoted from its card."""
+    corpus = _section(card, "## Training data").split("\n\n")[0]
+    return f"### Base model\n\nIts corpus: {corpus}\n\n{_section(card, '## Training')}"
+
+
+def _section(card: str, heading: str) -> str:
+    """The body of the level-2 section titled exactly `heading`."""
+    start = card.index(f"\n{heading}\n") + len(heading) + 2
+    end = card.find("\n## ", start)
+    return card[start:end if end >= 0 else len(card)].strip()
 
 
 def evaluation_section(results: list[dict]) -> str:
@@ -160,7 +185,8 @@ def comparison(results: list[dict]) -> list[str]:
     return ["\n".join(lines)] if lines else []
 
 
-def render(manifest: dict, tokens: dict[str, int] | None, summary: dict, shards: dict, results: list[dict], config: dict) -> str:
+def render(manifest: dict, tokens: dict[str, int] | None, summary: dict, shards: dict, results: list[dict], config: dict,
+           base_card: str | None = None) -> str:
     head = (
         "# glm5-lsp embedded model\n\n"
         "A small Python code-completion model with GLM-5's architecture (`model_type` "
@@ -181,7 +207,7 @@ def render(manifest: dict, tokens: dict[str, int] | None, summary: dict, shards:
         "python -m training.evaluate --model runs/NAME/export --out runs/NAME/eval-model.json\n"
         "python -m training.model_card --run-dir runs/NAME --eval runs/NAME/eval-*.json\n```"
     )
-    sections = [head, data_section(manifest, tokens), training_section(summary, shards)]
+    sections = [head, data_section(manifest, tokens), training_section(summary, shards, base_card)]
     if results:
         sections.append(evaluation_section(results))
     return "\n\n".join(sections + [reproduce]) + "\n"
@@ -195,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval", type=Path, nargs="*", default=[], help="results JSON files of training.evaluate")
     p.add_argument("--no-token-counts", action="store_true", help="skip tokenizing the corpus")
     p.add_argument("--out", type=Path, help="default: RUN_DIR/export/MODEL_CARD.md")
+    p.add_argument("--base-card", type=Path, help="a warm-started run: its base model's MODEL_CARD.md (its training is quoted)")
     args = p.parse_args(argv)
     export = args.run_dir / "export"
     manifest = json.loads(args.manifest.read_text())
@@ -204,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     results = [json.loads(f.read_text()) for f in args.eval]
     config = json.loads((export / "config.json").read_text())
     out = args.out or export / "MODEL_CARD.md"
-    out.write_text(render(manifest, tokens, summary, shards, results, config))
+    base_card = args.base_card.read_text() if args.base_card else None
+    out.write_text(render(manifest, tokens, summary, shards, results, config, base_card))
     print(f"wrote {out}")
     return 0
 

@@ -10,6 +10,9 @@ from training import model_card
 from training.evaluate import ModelCompleter
 from training.evaluate import main as evaluate_main
 from training.holes import Hole
+from training.train import main as train_main
+
+from training_support import train_args
 
 
 @pytest.fixture(scope="module")
@@ -67,3 +70,19 @@ def test_model_card_records_licences_training_and_scores(straight_run, manifest_
     assert "HumanEval exact match: the model scores 12.5%, equal to the best baseline" in card
     assert "held-out exact match: the model scores 62.5%, above the best baseline" in card
     assert "glm_moe_dsa" in card and "index_topk" in card
+
+
+def test_the_card_of_a_warm_start_quotes_its_base_model(straight_run, manifest_path, shards, tokenizer_dir, tmp_path):
+    base_card, warm = tmp_path / "BASE_CARD.md", tmp_path / "warm"
+    common = ["--manifest", str(manifest_path), "--shards", str(shards / "train"), "--no-token-counts"]
+    assert model_card.main(["--run-dir", str(straight_run), *common, "--out", str(base_card)]) == 0
+    assert train_main(train_args(shards, tokenizer_dir, warm, "--init-from", str(straight_run / "export"),
+                                 "--dense-fraction", "0", "--lr", "3e-4", "--total-tokens", str(2 * 2 * 128))) == 0
+    assert model_card.main(["--run-dir", str(warm), *common, "--base-card", str(base_card)]) == 0
+    card = (warm / "export" / "MODEL_CARD.md").read_text()
+    base_steps = json.loads((straight_run / "training.json").read_text())["steps"]
+    continued, base = card.split("### Base model")
+    assert "## Continued training" in continued and f"starts from `{straight_run / 'export'}`" in continued
+    assert "| optimizer steps | 2 |" in continued and "| CPU time |" in continued
+    assert "peak learning rate 0.0003" in continued and "for the first 0%" in continued
+    assert f"| optimizer steps | {base_steps} |" in base and base.startswith("\n\nIts corpus: Python source")
