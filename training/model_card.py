@@ -124,9 +124,10 @@ def _optimizer_name(args: dict) -> str:
 
 
 def _base_section(card: str) -> str:
-    """The base model's corpus summary and training section, quoted from its card."""
+    """The base model's corpus summary, training and evaluation sections, quoted from its card."""
     corpus = _section(card, "## Training data").split("\n\n")[0]
-    return f"### Base model\n\nIts corpus: {corpus}\n\n{_section(card, '## Training')}"
+    evaluation = f"\n\nIts own evaluation, from its card:\n\n{_section(card, '## Evaluation')}" if "\n## Evaluation\n" in card else ""
+    return f"### Base model\n\nIts corpus: {corpus}\n\n{_section(card, '## Training')}{evaluation}"
 
 
 def _section(card: str, heading: str) -> str:

@@ -75,7 +75,10 @@ def test_model_card_records_licences_training_and_scores(straight_run, manifest_
 def test_the_card_of_a_warm_start_quotes_its_base_model(straight_run, manifest_path, shards, tokenizer_dir, tmp_path):
     base_card, warm = tmp_path / "BASE_CARD.md", tmp_path / "warm"
     common = ["--manifest", str(manifest_path), "--shards", str(shards / "train"), "--no-token-counts"]
-    assert model_card.main(["--run-dir", str(straight_run), *common, "--out", str(base_card)]) == 0
+    baseline = {"completer": "similar-line", "heldout": {"holes": 8, "exact_match": 0.5}}
+    (tmp_path / "baseline.json").write_text(json.dumps(baseline))
+    assert model_card.main(["--run-dir", str(straight_run), *common, "--eval", str(tmp_path / "baseline.json"),
+                            "--out", str(base_card)]) == 0
     assert train_main(train_args(shards, tokenizer_dir, warm, "--init-from", str(straight_run / "export"),
                                  "--dense-fraction", "0", "--lr", "3e-4", "--total-tokens", str(2 * 2 * 128))) == 0
     assert model_card.main(["--run-dir", str(warm), *common, "--base-card", str(base_card)]) == 0
@@ -86,3 +89,4 @@ def test_the_card_of_a_warm_start_quotes_its_base_model(straight_run, manifest_p
     assert "| optimizer steps | 2 |" in continued and "| CPU time |" in continued
     assert "peak learning rate 0.0003" in continued and "for the first 0%" in continued
     assert f"| optimizer steps | {base_steps} |" in base and base.startswith("\n\nIts corpus: Python source")
+    assert "Its own evaluation, from its card:" in base and "| baseline: similar-line | - | - | 50.0% | - |" in base
