@@ -64,7 +64,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--run-dir", type=Path, default=Path("runs/default"))
     p.add_argument("--batch-size", type=int, default=8, help="rows per micro-batch")
     p.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step")
-    p.add_argument("--total-tokens", type=int, default=0, help="training positions in the schedule (0: use --time-budget)")
+    p.add_argument("--total-tokens", type=int, default=0, help="training positions in the schedule (0: use --time-budget or --cpu-budget)")
     p.add_argument("--time-budget", type=float, default=0.0, help="seconds of training")
     p.add_argument("--cpu-budget", type=float, default=0.0,
                    help="process CPU seconds of training steps (all threads); fair on a shared machine")
