@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -65,10 +64,9 @@ class Analysis:
 
     async def _analyse(self, uri: str) -> None:
         snapshot = self._ls.snapshot(uri)
-        own_tree = replace(snapshot, tree=snapshot.tree.copy()) if snapshot.tree is not None else snapshot
-        try:  # tree-sitter trees are not thread-safe: the worker reads its own (shallow) copy
+        try:
             diagnostics = await asyncio.to_thread(
-                self._compute, own_tree, self._ls.index, self._ls.settings.diagnostics, self._ls.state.encoding
+                self._compute, snapshot, self._ls.index, self._ls.settings.diagnostics, self._ls.state.encoding
             )
         except Exception:
             log.exception("analysis of %s failed", uri)
@@ -82,7 +80,8 @@ class Analysis:
     def _compute(
         snapshot: DocumentSnapshot, index: WorkspaceIndex | None, enabled: bool, encoding: PositionEncoding
     ) -> list[types.Diagnostic]:
-        """Worker thread: refresh the index with the editor's text, find undeclared symbols."""
+        """Worker thread: refresh the index with the editor's text, find undeclared symbols (on
+        its own copy of the tree: tree-sitter trees are not thread-safe)."""
         if index is not None and snapshot.path is not None:
             index.update_buffer(Path(snapshot.path), snapshot.text)
         if not enabled:
@@ -90,6 +89,7 @@ class Analysis:
         if len(snapshot.text) > MAX_ANALYSED_CHARS:
             log.info("%s: %d characters, too large for undeclared-symbol analysis", snapshot.uri, len(snapshot.text))
             return []
+        snapshot = snapshot.with_own_tree()
         return [
             types.Diagnostic(
                 range=encoding.range_out(snapshot.lines, symbol.range),

@@ -11,7 +11,8 @@ Invariants:
 - A superseded, stale or cancelled request stops before the engine if it is still debouncing
   or waiting for the model, and between decode steps otherwise. A request the client cancels
   while the model is still loading is answered empty, with a `glm5/status` saying why.
-- The prompt is built on a worker thread, so the event loop keeps answering meanwhile.
+- The prompt and the candidate plan (site, retrieval) are built on a worker thread, so the event
+  loop keeps answering meanwhile.
 - Streaming progress notifications (`glm5/inlineCompletionProgress`) carry post-processed text,
   only go to clients that opted in, and only for the request's current document version.
 """
@@ -21,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from context.positions import Position
@@ -152,8 +153,8 @@ class Completions:
         if prepared.prompt is None:
             return Answer("", job.trace_id, position, snapshot.version), "empty"
         log.debug("%s: %s at %s, %d prompt tokens", job.trace_id, prepared.kind.value, position, len(prepared.prompt.ids))
-        plan = candidates.make_plan(
-            prepared, ls.settings, handle.tokenizer, ls.index, ls.open_snapshots(exclude=snapshot.uri), ls.engine.can_score
+        plan = await asyncio.to_thread(  # the site and retrieval scan whole files: off the loop too
+            candidates.make_plan, prepared, ls.settings, handle.tokenizer, ls.index, ls.open_snapshots(exclude=snapshot.uri), ls.engine.can_score
         )
         record.update(prepare_s=time.perf_counter() - started)
         flight = self._launch(key, snapshot, offset, prepared, (plan, handle.tokenizer), job.trace_id, before, after)
@@ -168,10 +169,9 @@ class Completions:
         return Answer(text, job.trace_id, position, snapshot.version), "answered" if text else "empty"
 
     async def _prepare(self, snapshot: DocumentSnapshot, position: Position, handle, force: bool) -> pipeline.Prepared:
-        """Build the prompt on a worker thread (a large file must not stall the event loop); the
-        worker reads its own copy of the tree (tree-sitter trees are not thread-safe)."""
-        own = replace(snapshot, tree=snapshot.tree.copy()) if snapshot.tree is not None else snapshot
-        return await asyncio.to_thread(self._ls.prepare_later(own, position, handle, force))
+        """Build the prompt on a worker thread (a large file must not stall the event loop), which
+        also parses a large document's latest version if nothing did yet."""
+        return await asyncio.to_thread(self._ls.prepare_later(snapshot, position, handle, force))
 
     def _check_version(self, snapshot: DocumentSnapshot) -> None:
         current = self._ls.document_version(snapshot.uri)

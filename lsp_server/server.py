@@ -168,12 +168,13 @@ class Glm5Server(LanguageServer):
         self, snapshot: DocumentSnapshot, position: Position, handle: ModelHandle, force: bool = False
     ) -> Callable[[], Prepared]:
         """`prepare`, with the server's context captured now (on the loop) and the work left to a
-        call that may run on a worker thread."""
+        call that may run on a worker thread (on its own copy of the tree: trees are not
+        thread-safe; a large document's version is parsed there if nothing parsed it yet)."""
         args = (
-            snapshot, position, handle.tokenizer, handle.context_length, self.settings, self.index,
+            position, handle.tokenizer, handle.context_length, self.settings, self.index,
             self.open_snapshots(exclude=snapshot.uri), self.recent_edits, force, [str(r) for r in self.roots],
         )
-        return lambda: pipeline.prepare(*args)
+        return lambda: pipeline.prepare(snapshot.with_own_tree(), *args)
 
     def report_server_error(self, error: Exception, source: object) -> None:
         """Errors outside a request's answer: logged; undecodable input is answered."""
