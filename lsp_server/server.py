@@ -73,9 +73,11 @@ class Glm5Server(LanguageServer):
         self.jobs = CompletionJobs()
         self.cache = CompletionCache(self.settings.cache_size)
         self.stats = ServerStats()
-        self.analysis = Analysis(self)
-        self.completions = Completions(self)
-        self.fixer = Fixer(self)
+        self.analysis = Analysis(self.state, self.current_settings, self.text_document_publish_diagnostics, self.background)
+        self.completions = Completions(
+            self.state, self.engine, self.jobs, self.cache, self.stats, self.current_settings, self.notify, self.background
+        )
+        self.fixer = Fixer(self.state, self.engine, self.current_settings, self.busy)
         self.startup_task: asyncio.Task[None] | None = None
         self.announced_ready = False  # start-up sent `glm5/status ready`
         self._busy = 0
@@ -126,6 +128,14 @@ class Glm5Server(LanguageServer):
     def open_snapshots(self, exclude: str | None = None) -> list[DocumentSnapshot]:
         return self.state.open_snapshots(exclude)
 
+    def current_settings(self) -> ServerSettings:
+        """The settings now (a new object after each configuration change)."""
+        return self.settings
+
+    def notify(self, method: str, params: Any) -> None:
+        """A notification to the client (the features' narrow way to talk to it)."""
+        self.protocol.notify(method, params)
+
     @contextmanager
     def busy(self, message: str) -> Iterator[None]:
         """`glm5/status busy` during long work (fixes, re-indexing), then back to ready.
@@ -167,14 +177,8 @@ class Glm5Server(LanguageServer):
     def prepare_later(
         self, snapshot: DocumentSnapshot, position: Position, handle: ModelHandle, force: bool = False
     ) -> Callable[[], Prepared]:
-        """`prepare`, with the server's context captured now (on the loop) and the work left to a
-        call that may run on a worker thread (on its own copy of the tree: trees are not
-        thread-safe; a large document's version is parsed there if nothing parsed it yet)."""
-        args = (
-            position, handle.tokenizer, handle.context_length, self.settings, self.index,
-            self.open_snapshots(exclude=snapshot.uri), self.recent_edits, force, [str(r) for r in self.roots],
-        )
-        return lambda: pipeline.prepare(snapshot.with_own_tree(), *args)
+        """`pipeline.prepare_later` with the server's state and settings."""
+        return pipeline.prepare_later(self.state, self.settings, snapshot, position, handle.tokenizer, handle.context_length, force)
 
     def report_server_error(self, error: Exception, source: object) -> None:
         """Errors outside a request's answer: logged; undecodable input is answered."""
