@@ -39,6 +39,7 @@ from .completions import Completions
 from .engine_client import EngineClient, ModelHandle, ModelLoader, RuntimeOptions, load_runtime
 from .errors import Glm5Error, StaleRequest, Superseded
 from .fixer import Fixer
+from .health import EngineHealth
 from .framing import ResyncingInput
 from .jobs import CompletionJobs
 from .pipeline import Prepared
@@ -69,7 +70,7 @@ class Glm5Server(LanguageServer):
         self.cli_engine = engine_url
         self.settings = ServerSettings()
         self.state = WorkspaceState()
-        self.engine = EngineClient(loader)
+        self.engine = EngineClient(loader, EngineHealth(self._engine_health_changed))
         self.jobs = CompletionJobs()
         self.cache = CompletionCache(self.settings.cache_size)
         self.stats = ServerStats()
@@ -179,6 +180,14 @@ class Glm5Server(LanguageServer):
     ) -> Callable[[], Prepared]:
         """`pipeline.prepare_later` with the server's state and settings."""
         return pipeline.prepare_later(self.state, self.settings, snapshot, position, handle.tokenizer, handle.context_length, force)
+
+    def _engine_health_changed(self, ok: bool, message: str) -> None:
+        """Repeated engine failures are `glm5/status error`; the first success after them, ready."""
+        log.log(logging.INFO if ok else logging.ERROR, "engine health: %s", message)
+        if ok:
+            send_status(self, "ready", message)
+        else:
+            send_status(self, "error", f"{message}; completions fail until it recovers (see the server log)")
 
     def report_server_error(self, error: Exception, source: object) -> None:
         """Errors outside a request's answer: logged; undecodable input is answered."""
