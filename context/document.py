@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from urllib.parse import urlparse
 from urllib.request import url2pathname
@@ -60,33 +61,38 @@ class TextChange:
 
 
 class SyntaxTree:
-    """The tree of one version of a document: parsed already, or parsed on the first `get()`
-    (once, under a lock, with this thread's parser), from `base` (the previous version's tree,
-    edited) when there is one."""
+    """The tree of one version of a document: made already, or made by the first `get()` (once,
+    under a lock, on whichever thread asks): parsed with that thread's parser (from the previous
+    version's tree, edited, when there is one), or copied from another `SyntaxTree`."""
 
-    __slots__ = ("_language", "_lines", "_base", "_tree", "_lock")
+    __slots__ = ("_make", "_tree", "_lock")
 
-    def __init__(self, language: Language | None, lines: TextIndex | None, base: ts.Tree | None = None) -> None:
-        self._language, self._lines, self._base = language, lines, base
-        self._tree: ts.Tree | None = None
+    def __init__(self, make: Callable[[], ts.Tree | None] | None, tree: ts.Tree | None = None) -> None:
+        self._make = make
+        self._tree = tree
         self._lock = threading.Lock()
 
     @classmethod
     def ready(cls, tree: ts.Tree | None) -> SyntaxTree:
-        parsed = cls(None, None)
-        parsed._tree = tree
-        return parsed
+        return cls(None, tree)
+
+    @classmethod
+    def parse(cls, language: Language, lines: TextIndex, base: ts.Tree | None) -> SyntaxTree:
+        return cls(lambda: language.parse(lines.data, base))
+
+    @classmethod
+    def copy_of(cls, source: SyntaxTree) -> SyntaxTree:
+        return cls(lambda: tree.copy() if (tree := source.get()) is not None else None)
 
     @property
-    def parsed(self) -> bool:
-        return self._language is None
+    def made(self) -> bool:
+        return self._make is None
 
     def get(self) -> ts.Tree | None:
-        if self._language is not None:
+        if self._make is not None:
             with self._lock:
-                if self._language is not None:
-                    self._tree = self._language.parse(self._lines.data, self._base)
-                    self._language = self._lines = self._base = None
+                if self._make is not None:
+                    self._tree, self._make = self._make(), None
         return self._tree
 
 
@@ -110,9 +116,9 @@ class DocumentSnapshot:
 
     def with_own_tree(self) -> DocumentSnapshot:
         """This snapshot with its own copy of the tree, for one worker thread (tree-sitter trees
-        are not thread-safe); parses here when the version was not parsed yet."""
-        tree = self.tree
-        return replace(self, syntax=SyntaxTree.ready(tree.copy())) if tree is not None else self
+        are not thread-safe), taken on the first read of its tree (which parses the version if
+        nothing did yet): a reader that never needs the tree never parses."""
+        return replace(self, syntax=SyntaxTree.copy_of(self.syntax))
 
     def offset_at(self, position: Position) -> int:
         return self.lines.offset_at(position)
@@ -153,7 +159,7 @@ class Document:
             start, end = sorted((old.offset_at(range.start), old.offset_at(range.end)))
         new = TextIndex(old.text[:start] + text + old.text[end:])
         change = _text_change(old, new, start, end, len(text))
-        edited = self._edited_tree(old, start, end, text) if range is not None and self._syntax.parsed else None
+        edited = self._edited_tree(old, start, end, text) if range is not None and self._syntax.made else None
         self._lines = new
         self._syntax = self._parse(new, edited)
         self.version = version
@@ -195,7 +201,7 @@ class Document:
         """The new version's tree: parsed now up to `SYNC_PARSE_CHARS`, else on first use."""
         if self.language is None or len(lines.text) > MAX_PARSE_CHARS:
             return SyntaxTree.ready(None)
-        syntax = SyntaxTree(self.language, lines, edited)
+        syntax = SyntaxTree.parse(self.language, lines, edited)
         if len(lines.text) <= SYNC_PARSE_CHARS:
             syntax.get()
         return syntax
