@@ -30,8 +30,8 @@ from context.positions import Position
 from model_runtime.api import FinishReason
 
 from . import candidates, pipeline
-from .errors import Glm5Error, StaleRequest, Superseded
 from .completion_cache import CompletionCache
+from .errors import Glm5Error, StaleRequest, Superseded
 from .inflight import InFlight, remainder, typed_into
 from .jobs import CompletionJobs, Job
 from .progress import STATUS, status_params
