@@ -156,3 +156,15 @@ async def test_a_request_right_after_a_1_mb_edit_is_answered_while_its_parse_is_
     finally:
         gate.touch()
         assert await session.stop() == 0
+
+
+def test_the_server_turns_repeated_engine_failures_into_a_status_error_and_back():
+    tok = byte_tokenizer()
+    server = build_server(loader=lambda path, runtime: ModelHandle(FakeEngine(tok, lambda r: ""), tok, path, 4096))
+    sent: list[tuple[str, dict]] = []
+    server.protocol.notify = lambda method, params=None: sent.append((method, params))
+    for restarts in (1, 2, 3):
+        server.engine.health.failed(restarts, "engine error: RuntimeError: boom")
+    server.engine.health.succeeded()
+    assert [(m, p["state"]) for m, p in sent] == [("glm5/status", "error"), ("glm5/status", "ready")]
+    assert "failed 3 times" in sent[0][1]["message"] and "boom" in sent[0][1]["message"]
