@@ -32,6 +32,7 @@ from torch import nn
 
 import kernels
 
+from model_runtime import lean
 from model_runtime.config import ModelConfig
 from model_runtime.paged import PagedBatch, indexer_topk, sparse_attention
 from model_runtime.rope import apply_rope, rope_tables
@@ -45,7 +46,9 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not torch.is_grad_enabled():  # inference: the fused kernel (Triton on CUDA)
+        if not torch.is_grad_enabled():  # inference: the fused kernel on Triton, else its lean torch form
+            if not kernels.runs_triton(x):
+                return lean.rms_norm(x, self.weight, self.eps)
             return kernels.rms_norm(x.reshape(-1, x.shape[-1]), self.weight, self.eps)[0].view(x.shape)
         xf = x.float()
         y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -269,7 +272,10 @@ class MLA(nn.Module):
         q_abs = torch.einsum("nhd,hdc->nhc", q_nope, w_uk)
         q = torch.cat((q_abs, q_pe), -1)
         kv, idx = batch.attendable(kv_cache, batch.causal_slots if indices is None else indices)
-        o_lat, _ = sparse_attention(q, kv, idx, self.scale, self.R)
+        if batch.lean_decode:
+            o_lat = lean.decode_attention(q, kv.view(-1, kv.shape[-1]), idx, self.scale, self.R)
+        else:
+            o_lat, _ = sparse_attention(q, kv, idx, self.scale, self.R)
         return torch.einsum("nhc,hdc->nhd", o_lat, w_uv)
 
     def _attend_expanded(self, q_nope, q_pe, kv_flat, batch: PagedBatch, indices):

@@ -11,6 +11,8 @@ Invariants:
 - Queries of one sequence are contiguous in the flat batch and in position order.
 - `dense` is true when every query sees at most `index_topk` keys: DSA is then exactly dense
   causal attention and the indexer need not run.
+- A step in which every sequence feeds one token (`lean_decode`, on the torch references) runs
+  `lean`'s decode forms of both ops over `key_slots`, computed once per step.
 - Slots index the indexer-key cache; attention reads latents through `attendable`, which is the
   identity unless some blocks' latents are spilled to the host (`kvstore.residency`).
 """
@@ -24,6 +26,7 @@ from typing import TYPE_CHECKING
 import torch
 
 import kernels
+from model_runtime import lean
 from model_runtime.rope import rope_tables
 
 if TYPE_CHECKING:
@@ -93,6 +96,12 @@ class PagedBatch:
         return list(zip(self.query_starts[:-1], self.query_starts[1:]))
 
     @cached_property
+    def lean_decode(self) -> bool:
+        """Every sequence feeds one token (so its query sees all its keys) and the ops would run
+        their torch references: the step uses `lean`'s decode forms instead."""
+        return self.positions.shape[0] == self.num_seqs and not kernels.runs_triton(self.positions)
+
+    @cached_property
     def causal_slots(self) -> torch.Tensor:
         """[N, K] slots of every key each query may see (keys 0..pos), -1 padded."""
         width = int(self.positions.max()) + 1
@@ -135,5 +144,7 @@ def indexer_topk(
     q: torch.Tensor, w: torch.Tensor, index_cache: torch.Tensor, batch: PagedBatch, scale: float, topk: int
 ) -> torch.Tensor:
     """Physical slots [N, topk] of each query's top-k causal keys by indexer score (-1 padded)."""
+    if batch.lean_decode:
+        return lean.decode_topk(q, w, index_cache, batch.key_slots, scale, topk)
     lens = torch.tensor(batch.context_len_list, device=q.device)
     return kernels.indexer_topk(q, w, index_cache, batch.block_table, batch.seq_ids, batch.positions, lens, scale, topk)
