@@ -197,7 +197,7 @@ def _select(scores: torch.Tensor, slots: torch.Tensor, seq_ids: torch.Tensor, to
     k = min(topk, scores.shape[1])
     if k == 0 or slots.shape[0] == 0:
         return out[:, :topk]
-    kth = scores.topk(k, dim=1).values[:, -1:]
+    kth = scores.topk(k, dim=1, sorted=False).values.amin(1, keepdim=True)  # the k-th best, without sorting
     finite = scores > float("-inf")
     above = (scores > kth) & finite
     ties = (scores == kth) & finite
