@@ -292,12 +292,21 @@ class MLA(nn.Module):
                 allowed = allowed & batch.selection_mask(b, indices[start:end])
             step = max(1, _SCORE_BYTES // (4 * n_keys * self.n_heads))  # bound the [H, rows, keys] scores
             for i in range(0, end - start, step):
-                out = F.scaled_dot_product_attention(
-                    q[i : i + step].transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
-                    attn_mask=allowed[i : i + step], scale=self.scale,
-                )
-                outs.append(out.transpose(0, 1))
+                outs.append(_masked_attention(q[i : i + step], k, v, allowed[i : i + step], self.scale))
         return torch.cat(outs, 0)
+
+
+def _masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor, scale: float) -> torch.Tensor:
+    """q [S,H,d], k [T,H,d], v [T,H,dv], allowed [S,T] (each row allows a key) -> [S,H,dv].
+
+    On CUDA, SDPA; elsewhere one batched matmul, softmax and matmul in fp32, which on the CPU
+    runs 2-3x faster than SDPA's masked path (measured for a 600-token prefill)."""
+    if q.is_cuda:
+        out = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=allowed, scale=scale)
+        return out.transpose(0, 1)
+    bias = torch.zeros(allowed.shape, device=q.device).masked_fill_(~allowed, float("-inf"))
+    scores = torch.baddbmm(bias, q.float().transpose(0, 1), k.float().permute(1, 2, 0), alpha=scale)  # [H, S, T]
+    return torch.bmm(scores.softmax(-1), v.float().transpose(0, 1)).transpose(0, 1).to(q.dtype)
 
 
 _SCORE_BYTES = 256 << 20

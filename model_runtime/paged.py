@@ -33,6 +33,9 @@ if TYPE_CHECKING:
     from model_runtime.kvstore.residency import SpilledLatents
 
 
+EXPANDED_BYTES = 256 << 20  # expanded keys and values per layer up to which a sparse prefill expands them
+
+
 @dataclass
 class PagedBatch:
     positions: torch.Tensor  # [N] long, absolute position of each new token
@@ -60,8 +63,14 @@ class PagedBatch:
         rope: tuple[int, float],
         attention: str = "auto",
         device: torch.device | str = "cpu",
+        expanded_key_bytes: int | None = None,
     ) -> PagedBatch:
-        """spans[b] = (first new position, context length after the step) of sequence b."""
+        """spans[b] = (first new position, context length after the step) of sequence b.
+
+        `attention="auto"` attends in the absorbed form for decode-sized steps (<= 16 new tokens
+        per sequence) and sparse steps, in the expanded form otherwise; with `expanded_key_bytes`
+        (the bytes of one context token's expanded keys and values) a sparse prefill on the torch
+        references is expanded too while the longest context's take <= `EXPANDED_BYTES`."""
         positions = torch.cat([torch.arange(s, e, device=device) for s, e in spans])
         width = max(len(t) for t in block_tables)
         table = torch.full((len(spans), width), -1, dtype=torch.int32, device=device)
@@ -79,7 +88,9 @@ class PagedBatch:
             starts.append(starts[-1] + e - s)
         dense = t_max <= index_topk
         max_new = max(e - s for s, e in spans)
-        absorbed = {"absorbed": True, "expanded": False}.get(attention, not dense or max_new <= 16)
+        expand = expanded_key_bytes is not None and t_max * expanded_key_bytes <= EXPANDED_BYTES
+        expand = expand and not kernels.runs_triton(positions)
+        absorbed = {"absorbed": True, "expanded": False}.get(attention, not (dense or expand) or max_new <= 16)
         cos, sin = rope_tables(positions, *rope)
         return cls(positions, slot_mapping, seq_ids, starts, lens, key_slots, table, block_size, cos, sin, dense, absorbed)
 

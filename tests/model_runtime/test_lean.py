@@ -104,3 +104,14 @@ def test_engine_decode_matches_the_reference_path(tiny, monkeypatch):
     assert len(lean_logits) == len(ref_logits) == 12
     for a, b in zip(lean_logits, ref_logits):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_auto_attention_expands_a_sparse_prefill_on_the_cpu_while_it_fits():
+    def absorbed(spans, key_bytes):
+        tables = [list(range(i * 16, i * 16 + 16)) for i in range(len(spans))]
+        return PagedBatch.build(spans, tables, BLOCK, 8, (8, 10000.0), expanded_key_bytes=key_bytes).use_absorbed
+
+    assert not absorbed([(0, 40)], 512)  # sparse (40 keys > top-k 8), a prefill: expanded
+    assert absorbed([(39, 40)], 512)  # a decode step: absorbed
+    assert absorbed([(0, 40)], None)  # no size given: sparse steps stay absorbed
+    assert absorbed([(0, 40)], (256 << 20) // 39)  # expanded keys over the budget: absorbed
