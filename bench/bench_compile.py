@@ -62,12 +62,14 @@ def main() -> None:
     eager = loaded.model.forward_paged
     compiled = torch.compile(eager, dynamic=True)
     rows = []
-    for label, forward in (("eager", eager), ("compiled, first request", compiled), ("compiled, warm", compiled), ("eager again", eager)):
+    runs = (("eager", eager), ("compiled, first request", compiled), ("compiled, warm", compiled), ("eager again", eager))
+    for label, forward in runs:
         loaded.model.forward_paged = forward
         rows.append((label, *request(loaded, ids, args.new)))
     loaded.model.forward_paged = eager
     reference = rows[0][-1]
-    print(f"| {args.size}, {args.prompt} + {args.new} | whole request s | first decode step ms | median decode step ms | tokens equal to eager |")
+    head = "whole request s | first decode step ms | median decode step ms | tokens equal to eager"
+    print(f"| {args.size}, {args.prompt} + {args.new} | {head} |")
     print("|---|---|---|---|---|")
     for label, whole, first, median, tokens in rows:
         print(f"| {label} | {whole:.2f} | {first:.1f} | {median:.1f} | {tokens == reference} |")
