@@ -14,6 +14,7 @@ from kernels.dispatch import (
     indexer_topk,
     rms_norm,
     rope_interleaved,
+    runs_triton,
     sparse_mla_attention,
     use_backend,
 )
@@ -25,6 +26,7 @@ __all__ = [
     "indexer_topk",
     "rms_norm",
     "rope_interleaved",
+    "runs_triton",
     "sparse_mla_attention",
     "use_backend",
 ]
