@@ -20,7 +20,7 @@ What it leaves out: the client's own debounce and rendering; the machine's other
 
 Usage: python bench/bench_latency.py [--tables startup,typing] [--models embedded,mid]
                                      [--file PATH] [--chars 300] [--startup-file PATH]
-                                     [--prompt-tokens N] [--variants LABEL,...]
+                                     [--prompt-tokens N] [--repeats N] [--variants LABEL,...]
 """
 
 from __future__ import annotations
@@ -96,16 +96,21 @@ async def first_completion(model: str, path: Path, cache: str, log: Path, option
         await stop_server(client)
 
 
-async def startup_table(models: list[str], path: Path, logs: Path, prompt_tokens: int | None) -> None:
+async def startup_table(models: list[str], path: Path, logs: Path, prompt_tokens: int | None, repeats: int) -> None:
     options = {"promptTokens": prompt_tokens} if prompt_tokens else {}
     budget = f"promptTokens {prompt_tokens}" if prompt_tokens else "default prompt budget"
-    print(f"\nfirst completion after start-up: {path.name} ({len(path.read_text().splitlines())} lines), cursor at its end, {budget}, timed from `initialized`")
+    print(f"\nfirst completion after start-up: {path.name} ({len(path.read_text().splitlines())} lines), cursor at its end, {budget}, "
+          f"timed from `initialized`; of {repeats} cold/restart pairs, the pair with the median restart")
     print("| model | run | first completion ms | vs cold | after the model loaded ms | vs cold | from spawn ms | prompt | cached | cached % | load ms | index ms | store ms | warm-up ms |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    spread: list[str] = []
     for name in models:
-        model, cache = model_dir(name), tempfile.mkdtemp(prefix="bench-latency-kv-")
-        cold = await first_completion(model, path, cache, logs / f"{name}-cold.log", options)
-        warm = await first_completion(model, path, cache, logs / f"{name}-restart.log", options)
+        pairs = []
+        for i in range(repeats):
+            model, cache = model_dir(name), tempfile.mkdtemp(prefix="bench-latency-kv-")
+            cold = await first_completion(model, path, cache, logs / f"{name}-cold-{i}.log", options)
+            pairs.append((cold, await first_completion(model, path, cache, logs / f"{name}-restart-{i}.log", options)))
+        cold, warm = sorted(pairs, key=lambda p: p[1]["ms"])[len(pairs) // 2]
         cold_after = cold["ms"] - cold["phases"].get("load", 0)
         for label, run in (("cold start (empty cache)", cold), ("restart, cache on disk", warm)):
             phases = run["phases"]
@@ -114,6 +119,9 @@ async def startup_table(models: list[str], path: Path, logs: Path, prompt_tokens
             print(f"| {name} | {label} | {run['ms']:,.0f} | {cold['ms'] / run['ms']:.1f}x | {after:,.0f} | {cold_after / after:.1f}x | {run['spawn_ms']:,.0f} | "
                   f"{run.get('prompt_tokens', '-')} | {run.get('cached_tokens', '-')} | {share:.0f}% | "
                   + " | ".join(f"{phases.get(k, 0):,.0f}" for k in ("load", "index", "store", "warmup")) + " |")
+        spread.append(f"{name}: cold " + ", ".join(f"{c['ms']:,.0f}" for c, _ in pairs) + " ms; restart "
+                      + ", ".join(f"{w['ms']:,.0f}" for _, w in pairs) + " ms")
+    print("\nevery pair, first completion from `initialized`: " + "; ".join(spread))
 
 
 # ---- 2. typing with a request at each pause -------------------------------------------------
@@ -201,7 +209,7 @@ async def main_async(args: argparse.Namespace) -> None:
     print(f"load average at start: {os.getloadavg()}; server logs in {logs}")
     tables = args.tables.split(",")
     if "startup" in tables:
-        await startup_table(args.models.split(","), Path(args.startup_file), logs, args.prompt_tokens)
+        await startup_table(args.models.split(","), Path(args.startup_file), logs, args.prompt_tokens, args.repeats)
     if "typing" in tables:
         await typing_table(args.typing_model, Path(args.file), args.chars, logs, [v for v in args.variants.split(",") if v])
     print(f"\nload average at end: {os.getloadavg()}")
@@ -213,6 +221,7 @@ def main() -> None:
     parser.add_argument("--models", default="embedded,mid", help="startup table: embedded, mid or checkpoint directories")
     parser.add_argument("--startup-file", default=str(STARTUP_FILE))
     parser.add_argument("--prompt-tokens", type=int, default=None, help="startup table: the server's promptTokens (default: its own)")
+    parser.add_argument("--repeats", type=int, default=1, help="startup table: cold/restart pairs per model (the median restart's pair is shown)")
     parser.add_argument("--typing-model", default="embedded")
     parser.add_argument("--file", default=str(TYPING_FILE), help="typing table: the file to type into")
     parser.add_argument("--chars", type=int, default=300)
