@@ -16,6 +16,7 @@ from kernels.dispatch import (
     indexer_topk,
     rms_norm,
     rope_interleaved,
+    runs_triton,
     sparse_mla_attention,
     use_backend,
 )
@@ -27,6 +28,7 @@ __all__ = [
     "indexer_topk",
     "rms_norm",
     "rope_interleaved",
+    "runs_triton",
     "sparse_mla_attention",
     "use_backend",
 ]

@@ -85,6 +85,11 @@ def _runs_triton(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     return launch.interpreter_enabled() or (tensor is not None and tensor.is_cuda)
 
 
+def runs_triton(tensor: torch.Tensor) -> bool:
+    """Whether an op on `tensor` would run its Triton twin now (else its torch reference)."""
+    return _runs_triton((tensor,), {})
+
+
 def _dispatched(module: ModuleType, op: str, triton_twin: F) -> F:
     """`op` with the twins' signature and docstring, looking both up on `module` at call time."""
 

@@ -45,6 +45,7 @@ jit = launch.LazyModule("kernels.jit.indexer")  # the @triton.jit kernels: trito
 SCORES = "indexer_scores"
 TOPK = "indexer_topk"
 SELECT_BYTES = 40  # temporaries per score while selecting: masks, running counts, slots
+TILE_BYTES = 1 << 20  # logits scored at a time by the reference (fits a core's L2 cache)
 
 
 def _validate(
@@ -90,7 +91,11 @@ def _score_rows(
     q: torch.Tensor, weights: torch.Tensor, cache: torch.Tensor, slots: torch.Tensor,
     seq_ids: torch.Tensor, positions: torch.Tensor, seq_lens: torch.Tensor, scale: float,
 ) -> torch.Tensor:  # fmt: skip
-    """Scores [c, T] of a chunk of queries; keys are gathered once per sequence in the chunk."""
+    """Scores [c, T] of a chunk of queries; keys are gathered once per sequence in the chunk.
+
+    A sequence's queries are scored `TILE_BYTES` of [rows, Hi, keys] logits at a time, each tile
+    against the keys its last query can see: the logits stay in cache between the matmul, the
+    ReLU and the head sum, and a prefill skips the causally hidden keys."""
     out = torch.full((q.shape[0], slots.shape[1]), float("-inf"), device=q.device)
     seq_ids = seq_ids.long()
     known = (seq_ids >= 0) & (seq_ids < slots.shape[0])
@@ -101,10 +106,13 @@ def _score_rows(
             continue
         key_slot = slots[b, :width]
         keys = cache[key_slot.clamp(min=0)].float()  # [width, D]
-        logits = torch.matmul(q[rows].float(), keys.T).mul_(scale).relu_()  # [r, Hi, width]
-        scores = torch.matmul(weights[rows].float()[:, None, :], logits).squeeze(1)
-        hidden = (key_slot[None, :] < 0) | (torch.arange(width, device=q.device) > positions[rows, None])
-        out[rows, :width] = scores.masked_fill_(hidden, float("-inf"))
+        for tile in chunks(rows.numel(), max(1, TILE_BYTES // (4 * q.shape[1] * width))):
+            r = rows[tile]
+            seen = min(width, int(positions[r].max()) + 1)
+            logits = torch.matmul(q[r].float(), keys[:seen].T).mul_(scale).relu_()  # [r, Hi, seen]
+            scores = torch.matmul(weights[r].float()[:, None, :], logits).squeeze(1)
+            hidden = (key_slot[None, :seen] < 0) | (torch.arange(seen, device=q.device) > positions[r, None])
+            out[r, :seen] = scores.masked_fill_(hidden, float("-inf"))
     return out
 
 
@@ -156,7 +164,7 @@ def _select(scores: torch.Tensor, slots: torch.Tensor, seq_ids: torch.Tensor, to
     k = min(topk, scores.shape[1])
     if k == 0 or slots.shape[0] == 0:
         return out[:, :topk]
-    kth = scores.topk(k, dim=1).values[:, -1:]
+    kth = scores.topk(k, dim=1, sorted=False).values.amin(1, keepdim=True)  # the k-th best, without sorting
     finite = scores > float("-inf")
     above = (scores > kth) & finite
     ties = (scores == kth) & finite

@@ -32,6 +32,7 @@ from torch import nn
 
 import kernels
 
+from model_runtime import lean
 from model_runtime.config import ModelConfig
 from model_runtime.paged import PagedBatch, indexer_topk, sparse_attention
 from model_runtime.rope import apply_rope, rope_tables
@@ -45,7 +46,9 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not torch.is_grad_enabled():  # inference: the fused kernel (Triton on CUDA)
+        if not torch.is_grad_enabled():  # inference: the fused kernel on Triton, else its lean torch form
+            if not kernels.runs_triton(x):
+                return lean.rms_norm(x, self.weight, self.eps)
             return kernels.rms_norm(x.reshape(-1, x.shape[-1]), self.weight, self.eps)[0].view(x.shape)
         xf = x.float()
         y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -269,7 +272,10 @@ class MLA(nn.Module):
         q_abs = torch.einsum("nhd,hdc->nhc", q_nope, w_uk)
         q = torch.cat((q_abs, q_pe), -1)
         kv, idx = batch.attendable(kv_cache, batch.causal_slots if indices is None else indices)
-        o_lat, _ = sparse_attention(q, kv, idx, self.scale, self.R)
+        if batch.lean_decode:
+            o_lat = lean.decode_attention(q, kv.view(-1, kv.shape[-1]), idx, self.scale, self.R)
+        else:
+            o_lat, _ = sparse_attention(q, kv, idx, self.scale, self.R)
         return torch.einsum("nhc,hdc->nhd", o_lat, w_uv)
 
     def _attend_expanded(self, q_nope, q_pe, kv_flat, batch: PagedBatch, indices):
@@ -286,12 +292,21 @@ class MLA(nn.Module):
                 allowed = allowed & batch.selection_mask(b, indices[start:end])
             step = max(1, _SCORE_BYTES // (4 * n_keys * self.n_heads))  # bound the [H, rows, keys] scores
             for i in range(0, end - start, step):
-                out = F.scaled_dot_product_attention(
-                    q[i : i + step].transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
-                    attn_mask=allowed[i : i + step], scale=self.scale,
-                )
-                outs.append(out.transpose(0, 1))
+                outs.append(_masked_attention(q[i : i + step], k, v, allowed[i : i + step], self.scale))
         return torch.cat(outs, 0)
+
+
+def _masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor, scale: float) -> torch.Tensor:
+    """q [S,H,d], k [T,H,d], v [T,H,dv], allowed [S,T] (each row allows a key) -> [S,H,dv].
+
+    On CUDA, SDPA; elsewhere one batched matmul, softmax and matmul in fp32, which on the CPU
+    runs 2-3x faster than SDPA's masked path (measured for a 600-token prefill)."""
+    if q.is_cuda:
+        out = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=allowed, scale=scale)
+        return out.transpose(0, 1)
+    bias = torch.zeros(allowed.shape, device=q.device).masked_fill_(~allowed, float("-inf"))
+    scores = torch.baddbmm(bias, q.float().transpose(0, 1), k.float().permute(1, 2, 0), alpha=scale)  # [H, S, T]
+    return torch.bmm(scores.softmax(-1), v.float().transpose(0, 1)).transpose(0, 1).to(q.dtype)
 
 
 _SCORE_BYTES = 256 << 20

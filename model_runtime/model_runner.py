@@ -48,6 +48,8 @@ class ModelRunner:
         self.cfg: ModelConfig = model.cfg
         if model.layers[0].self_attn.fused_in is None:
             model.fuse_for_inference()
+        heads, width = self.cfg.num_attention_heads, self.cfg.qk_nope_head_dim + self.cfg.v_head_dim
+        self._expanded_key_bytes = heads * width * model.lm_head.weight.element_size()
 
     def _batch(self, feeds: list[Feed]) -> PagedBatch:
         batch = PagedBatch.build(
@@ -58,6 +60,7 @@ class ModelRunner:
             (self.cfg.qk_rope_head_dim, self.cfg.rope_theta),
             self.engine_config.attention,
             self.device,
+            self._expanded_key_bytes,
         )
         batch.latents = SpilledLatents.for_step(self.cache, [f.block_table for f in feeds])
         return batch

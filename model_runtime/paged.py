@@ -11,6 +11,8 @@ Invariants:
 - Queries of one sequence are contiguous in the flat batch and in position order.
 - `dense` is true when every query sees at most `index_topk` keys: DSA is then exactly dense
   causal attention and the indexer need not run.
+- A step in which every sequence feeds one token (`lean_decode`, on the torch references) runs
+  `lean`'s decode forms of both ops over `key_slots`, computed once per step.
 - Slots index the indexer-key cache; attention reads latents through `attendable`, which is the
   identity unless some blocks' latents are spilled to the host (`kvstore.residency`).
 """
@@ -24,10 +26,14 @@ from typing import TYPE_CHECKING
 import torch
 
 import kernels
+from model_runtime import lean
 from model_runtime.rope import rope_tables
 
 if TYPE_CHECKING:
     from model_runtime.kvstore.residency import SpilledLatents
+
+
+EXPANDED_BYTES = 256 << 20  # expanded keys and values per layer up to which a sparse prefill expands them
 
 
 @dataclass
@@ -57,8 +63,14 @@ class PagedBatch:
         rope: tuple[int, float],
         attention: str = "auto",
         device: torch.device | str = "cpu",
+        expanded_key_bytes: int | None = None,
     ) -> PagedBatch:
-        """spans[b] = (first new position, context length after the step) of sequence b."""
+        """spans[b] = (first new position, context length after the step) of sequence b.
+
+        `attention="auto"` attends in the absorbed form for decode-sized steps (<= 16 new tokens
+        per sequence) and sparse steps, in the expanded form otherwise; with `expanded_key_bytes`
+        (the bytes of one context token's expanded keys and values) a sparse prefill on the torch
+        references is expanded too while the longest context's take <= `EXPANDED_BYTES`."""
         positions = torch.cat([torch.arange(s, e, device=device) for s, e in spans])
         width = max(len(t) for t in block_tables)
         table = torch.full((len(spans), width), -1, dtype=torch.int32, device=device)
@@ -76,7 +88,9 @@ class PagedBatch:
             starts.append(starts[-1] + e - s)
         dense = t_max <= index_topk
         max_new = max(e - s for s, e in spans)
-        absorbed = {"absorbed": True, "expanded": False}.get(attention, not dense or max_new <= 16)
+        expand = expanded_key_bytes is not None and t_max * expanded_key_bytes <= EXPANDED_BYTES
+        expand = expand and not kernels.runs_triton(positions)
+        absorbed = {"absorbed": True, "expanded": False}.get(attention, not (dense or expand) or max_new <= 16)
         cos, sin = rope_tables(positions, *rope)
         return cls(positions, slot_mapping, seq_ids, starts, lens, key_slots, table, block_size, cos, sin, dense, absorbed)
 
@@ -91,6 +105,12 @@ class PagedBatch:
 
     def query_spans(self) -> list[tuple[int, int]]:
         return list(zip(self.query_starts[:-1], self.query_starts[1:]))
+
+    @cached_property
+    def lean_decode(self) -> bool:
+        """Every sequence feeds one token (so its query sees all its keys) and the ops would run
+        their torch references: the step uses `lean`'s decode forms instead."""
+        return self.positions.shape[0] == self.num_seqs and not kernels.runs_triton(self.positions)
 
     @cached_property
     def causal_slots(self) -> torch.Tensor:
@@ -135,5 +155,7 @@ def indexer_topk(
     q: torch.Tensor, w: torch.Tensor, index_cache: torch.Tensor, batch: PagedBatch, scale: float, topk: int
 ) -> torch.Tensor:
     """Physical slots [N, topk] of each query's top-k causal keys by indexer score (-1 padded)."""
+    if batch.lean_decode:
+        return lean.decode_topk(q, w, index_cache, batch.key_slots, scale, topk)
     lens = torch.tensor(batch.context_len_list, device=q.device)
     return kernels.indexer_topk(q, w, index_cache, batch.block_table, batch.seq_ids, batch.positions, lens, scale, topk)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 import kernels
+from model_runtime import lean
 
 
 def rope_tables(positions: torch.Tensor, dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -22,14 +23,15 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     """Interleaved rotation of the last dim; cos/sin broadcast against x[..., ::2].
 
     Without autograd and for per-row tables ([S, R] or [S, H, R] x with [S, R/2] or [S, 1, R/2]
-    tables) this is the `kernels.rope_interleaved` op (Triton on CUDA); the torch form below is
-    the autograd path used in training.
+    tables) this is the `kernels.rope_interleaved` op on Triton, else its lean torch form
+    (`lean.rope`); the torch form below is the autograd path used in training.
     """
     if not torch.is_grad_enabled() and cos.dtype == torch.float32 and x.shape[0] == cos.shape[0]:
+        rotate = kernels.rope_interleaved if kernels.runs_triton(x) else lean.rope
         if x.dim() == 2 and cos.dim() == 2:
-            return kernels.rope_interleaved(x[:, None], cos, sin)[:, 0]
+            return rotate(x[:, None], cos, sin)[:, 0]
         if x.dim() == 3 and cos.dim() == 3 and cos.shape[1] == 1:
-            return kernels.rope_interleaved(x, cos[:, 0], sin[:, 0])
+            return rotate(x, cos[:, 0], sin[:, 0])
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     a, b = x[..., 0::2], x[..., 1::2]
     return torch.stack((a * cos - b * sin, b * cos + a * sin), dim=-1).flatten(-2)

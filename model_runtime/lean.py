@@ -1,0 +1,76 @@
+"""Lean torch forms of the engine's per-step ops, for when `kernels` would run its torch reference.
+
+Role: the CPU inference path. The references in `kernels/` validate every argument, chunk their
+temporaries and recompute each sequence's key slots from the block table on every call: right
+for an op library, but in a decode step that is a few thousand small operations for a handful
+of tokens. These functions do the same maths without that bookkeeping, using what `PagedBatch`
+computed once for the step:
+- `rms_norm`, `rope`: the references' arithmetic, no validation or chunking;
+- `decode_topk`, `decode_attention`: the DSA indexer's top-k and sparse MLA attention for a step
+  in which every sequence feeds one token (its query sees every key of its sequence).
+
+Invariants:
+- Same results as the references (tests pin them): same selection rule (the k best scores,
+  ties at the k-th to the lowest positions, slots in key-position order, -1 padded), scores,
+  softmax and weighted sums in fp32, outputs in the inputs' dtype.
+- Called only by the model, with arguments it built itself; used only when
+  `kernels.runs_triton` is false for the step's tensors (Triton keeps its own kernels).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """[..., D] -> [..., D]: `kernels.rms_norm_ref(x, weight, eps)[0]` without its checks."""
+    if x.dtype == weight.dtype == torch.float32:  # the same maths without the dtype round trips
+        return F.rms_norm(x, (x.shape[-1],), eps=eps) * weight
+    normed = F.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype)
+    return (normed.float() * weight.float()).to(x.dtype)
+
+
+def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [S, H, R] interleaved pairs rotated by cos/sin [S, R/2] (fp32), in x's dtype: the
+    complex product of `kernels.rope_interleaved_ref`."""
+    pairs = torch.view_as_complex(x.float().unflatten(2, (x.shape[2] // 2, 2)).contiguous())
+    return torch.view_as_real(pairs * torch.complex(cos, sin)[:, None, :]).flatten(2).to(x.dtype)
+
+
+def decode_topk(
+    q: torch.Tensor, w: torch.Tensor, index_cache: torch.Tensor, key_slots: torch.Tensor, scale: float, topk: int
+) -> torch.Tensor:
+    """Physical slots [B, topk] int32 of each one-token query's best keys, -1 padded.
+
+    q [B, Hi, Di] and w [B, Hi] (fp32) are each sequence's new query; key_slots [B, T] (long,
+    -1 padded) every slot of its context, the new token's included.
+    """
+    keys = index_cache.view(-1, index_cache.shape[-1])[key_slots.clamp(min=0)].float()  # [B, T, Di]
+    logits = torch.matmul(q.float(), keys.transpose(1, 2)).mul_(scale).relu_()  # [B, Hi, T]
+    scores = torch.matmul(w.float()[:, None, :], logits).squeeze(1)  # [B, T]
+    padded = key_slots < 0
+    scores.masked_fill_(padded, float("-inf"))
+    k = min(topk, scores.shape[1])
+    # A stable descending sort puts ties in position order, so its first k are the references'
+    # choice: everything above the k-th score, then the lowest-positioned ties.
+    order = torch.sort(scores, dim=1, descending=True, stable=True).indices[:, :k]
+    width = scores.shape[1]
+    order = order.masked_fill(padded.gather(1, order), width).sort(dim=1).values  # position order
+    slots = torch.cat((key_slots, key_slots.new_full((key_slots.shape[0], 1), -1)), 1).gather(1, order)
+    return F.pad(slots.int(), (0, topk - k), value=-1)
+
+
+def decode_attention(q: torch.Tensor, kv: torch.Tensor, idx: torch.Tensor, scale: float, d_v: int) -> torch.Tensor:
+    """q [B, H, C] over rows kv [slots, C] at idx [B, K] (-1 = none) -> out [B, H, d_v] in q's dtype.
+
+    Each query gathers its own K rows (`kernels.sparse_mla_attention_ref`'s per-query form); a
+    one-token query always sees at least itself, so no row is empty.
+    """
+    valid = idx >= 0
+    keys = kv[idx.long().clamp(min=0)].float()  # [B, K, C]
+    scores = torch.matmul(q.float(), keys.transpose(1, 2)).mul_(scale)
+    scores.masked_fill_(~valid[:, None, :], float("-inf"))
+    lse = torch.logsumexp(scores, dim=2)
+    probs = scores.sub_(lse[..., None]).exp_()
+    return torch.matmul(probs, keys[..., :d_v]).to(q.dtype)

@@ -1,0 +1,117 @@
+"""The lean CPU path (`model_runtime.lean`) against the kernels' torch references it stands in for.
+
+Each op is compared with its reference on the same inputs (exactly where the maths is the same
+sequence of operations), and a whole engine run on a tiny random checkpoint with the lean path
+gives the tokens and, step by step, the logits of the reference path (`kernels.runs_triton`
+forced true, so every op goes through `kernels`' dispatch to its reference, as before the lean
+path existed).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import kernels
+from kernels.indexer import indexer_topk_ref
+from kernels.norm import rms_norm_ref
+from kernels.rope import rope_interleaved_ref
+from kernels.sparse_mla import sparse_mla_attention_ref
+from model_runtime import lean
+from model_runtime.api import GenerationRequest, SamplingParams
+from model_runtime.config import EngineConfig
+from model_runtime.engine import Engine
+from model_runtime.paged import PagedBatch
+
+BLOCK = 4
+
+
+def decode_batch(lens: list[int], num_blocks: int = 16, seed: int = 0) -> PagedBatch:
+    """A decode step (one new token per sequence) over shuffled, disjoint blocks."""
+    free = torch.randperm(num_blocks, generator=torch.Generator().manual_seed(seed)).tolist()
+    tables = [[free.pop() for _ in range(-(-n // BLOCK))] for n in lens]
+    return PagedBatch.build([(n - 1, n) for n in lens], tables, BLOCK, 4, (8, 10000.0))
+
+
+@pytest.mark.parametrize("topk", [3, 8, 40])
+def test_decode_topk_matches_the_reference_with_ties(topk):
+    lens = [13, 5, 29]
+    batch = decode_batch(lens)
+    g = torch.Generator().manual_seed(1)
+    cache = torch.randn(16, BLOCK, 8, generator=g)
+    cache[:, ::2] = cache[:, 1::2]  # duplicated keys: equal scores at many positions
+    q = torch.randn(3, 4, 8, generator=g)
+    q[:, :2] = -q[:, :2].abs()  # ReLU zeros: exact ties
+    w = torch.randn(3, 4, generator=g)
+    seq_lens = torch.tensor(lens)
+    ref = indexer_topk_ref(q, w, cache, batch.block_table, batch.seq_ids, batch.positions, seq_lens, 0.25, topk)
+    got = lean.decode_topk(q, w, cache, batch.key_slots, 0.25, topk)
+    assert got.dtype == ref.dtype and torch.equal(got, ref)
+    assert ((got >= 0).sum(1) == torch.tensor([min(topk, n) for n in lens])).all()
+
+
+def test_decode_attention_matches_the_reference():
+    g = torch.Generator().manual_seed(2)
+    kv = torch.randn(16, BLOCK, 24, generator=g)
+    q = torch.randn(3, 4, 24, generator=g)
+    idx = torch.randint(0, 64, (3, 10), generator=g, dtype=torch.int32)
+    idx[1, 6:] = -1  # a shorter list
+    out_ref, _ = sparse_mla_attention_ref(q, kv, idx, 0.3, 16)
+    got = lean.decode_attention(q, kv.view(-1, 24), idx, 0.3, 16)
+    torch.testing.assert_close(got, out_ref, rtol=1e-6, atol=1e-6)
+    one_ref, _ = sparse_mla_attention_ref(q[:1], kv, idx[:1], 0.3, 16)
+    assert torch.equal(lean.decode_attention(q[:1], kv.view(-1, 24), idx[:1], 0.3, 16), one_ref)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rms_norm_and_rope_match_the_references(dtype):
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(5, 32, generator=g).to(dtype)
+    weight = torch.rand(32, generator=g).to(dtype) + 0.5
+    assert torch.equal(lean.rms_norm(x, weight, 1e-6), rms_norm_ref(x, weight, 1e-6)[0])
+    heads = torch.randn(5, 3, 8, generator=g).to(dtype)
+    angles = torch.rand(5, 4, generator=g) * 6
+    assert torch.equal(
+        lean.rope(heads, angles.cos(), angles.sin()), rope_interleaved_ref(heads, angles.cos(), angles.sin())
+    )
+
+
+def _run(loaded, prompt: list[int], new: int) -> tuple[list[int], list[torch.Tensor]]:
+    """Greedy tokens and every step's logits of one request through the engine."""
+    engine = Engine(loaded, EngineConfig(max_cache_tokens=1024))
+    logits: list[torch.Tensor] = []
+    run = engine.runner.run
+
+    def keep(feeds, recorder=None):
+        out = run(feeds, recorder)
+        logits.extend(out.logits)
+        return out
+
+    engine.runner.run = keep
+    seq = engine.add(GenerationRequest("r", tuple(prompt), SamplingParams(max_tokens=new, stop_token_ids=())))
+    engine.run_until_idle()
+    return seq.output_ids, logits
+
+
+def test_engine_decode_matches_the_reference_path(tiny, monkeypatch):
+    """A prompt longer than index_topk (8), so decode steps select sparse keys."""
+    prompt = torch.randint(3, tiny.config.vocab_size, (40,), generator=torch.Generator().manual_seed(4)).tolist()
+    lean_tokens, lean_logits = _run(tiny, prompt, 12)
+    with monkeypatch.context() as m:
+        m.setattr(kernels, "runs_triton", lambda tensor: True)  # every op through kernels' dispatch
+        ref_tokens, ref_logits = _run(tiny, prompt, 12)
+    assert lean_tokens == ref_tokens and len(lean_tokens) == 12
+    assert len(lean_logits) == len(ref_logits) == 12
+    for a, b in zip(lean_logits, ref_logits):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_auto_attention_expands_a_sparse_prefill_on_the_cpu_while_it_fits():
+    def absorbed(spans, key_bytes):
+        tables = [list(range(i * 16, i * 16 + 16)) for i in range(len(spans))]
+        return PagedBatch.build(spans, tables, BLOCK, 8, (8, 10000.0), expanded_key_bytes=key_bytes).use_absorbed
+
+    assert not absorbed([(0, 40)], 512)  # sparse (40 keys > top-k 8), a prefill: expanded
+    assert absorbed([(39, 40)], 512)  # a decode step: absorbed
+    assert absorbed([(0, 40)], None)  # no size given: sparse steps stay absorbed
+    assert absorbed([(0, 40)], (256 << 20) // 39)  # expanded keys over the budget: absorbed
