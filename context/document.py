@@ -8,6 +8,12 @@ Invariants:
 - `apply_change` never raises on a bad range: positions clamp (see `context.positions`), and a
   reversed range is put in order. The text always equals what the edits describe.
 - The tree handed to a snapshot is never edited afterwards: the document edits a copy.
+- Edits apply to the text at once; the tree of a document over `SYNC_PARSE_CHARS` is parsed on
+  the first use of that version's tree (once, on whichever thread asks, incrementally from the
+  previous version's tree when that one was parsed), so a 1 MB edit never parses on the thread
+  that applies edits (the server's event loop) and a version nobody reads is never parsed.
+  (py-tree-sitter parses a byte string holding the GIL: that parse still pauses other Python
+  threads for its length, wherever it runs.)
 - Byte offsets given to tree-sitter come from the same UTF-8 encoding as the parsed bytes, so
   non-ASCII text (CJK, emoji, lone surrogates) keeps the tree aligned with the text.
 - Files over `MAX_PARSE_CHARS` are kept as text without a tree.
@@ -16,7 +22,9 @@ Invariants:
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from urllib.parse import urlparse
 from urllib.request import url2pathname
 
@@ -30,6 +38,7 @@ __all__ = [
     "DocumentSnapshot",
     "Position",
     "Range",
+    "SyntaxTree",
     "TextChange",
     "offset_at",
     "path_from_uri",
@@ -37,6 +46,7 @@ __all__ = [
 ]
 
 MAX_PARSE_CHARS = 4_000_000
+SYNC_PARSE_CHARS = 100_000  # a larger document parses on the first use of its tree, not on each edit
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,9 +62,46 @@ class TextChange:
     after: str
 
 
+class SyntaxTree:
+    """The tree of one version of a document: made already, or made by the first `get()` (once,
+    under a lock, on whichever thread asks): parsed with that thread's parser (from the previous
+    version's tree, edited, when there is one), or copied from another `SyntaxTree`."""
+
+    __slots__ = ("_make", "_tree", "_lock")
+
+    def __init__(self, make: Callable[[], ts.Tree | None] | None, tree: ts.Tree | None = None) -> None:
+        self._make = make
+        self._tree = tree
+        self._lock = threading.Lock()
+
+    @classmethod
+    def ready(cls, tree: ts.Tree | None) -> SyntaxTree:
+        return cls(None, tree)
+
+    @classmethod
+    def parse(cls, language: Language, lines: TextIndex, base: ts.Tree | None) -> SyntaxTree:
+        return cls(lambda: language.parse(lines.data, base))
+
+    @classmethod
+    def copy_of(cls, source: SyntaxTree) -> SyntaxTree:
+        return cls(lambda: tree.copy() if (tree := source.get()) is not None else None)
+
+    @property
+    def made(self) -> bool:
+        return self._make is None
+
+    def get(self) -> ts.Tree | None:
+        if self._make is not None:
+            with self._lock:
+                if self._make is not None:
+                    self._tree, self._make = self._make(), None
+        return self._tree
+
+
 @dataclass(frozen=True, slots=True)
 class DocumentSnapshot:
-    """An immutable view of a document at one version. `tree` is None for unsupported languages."""
+    """An immutable view of a document at one version. `tree` is None for unsupported languages
+    and files over `MAX_PARSE_CHARS`; reading it may parse (see `SyntaxTree`)."""
 
     uri: str
     path: str | None
@@ -62,8 +109,18 @@ class DocumentSnapshot:
     language: Language | None
     version: int
     text: str
-    tree: ts.Tree | None
+    syntax: SyntaxTree
     lines: TextIndex
+
+    @property
+    def tree(self) -> ts.Tree | None:
+        return self.syntax.get()
+
+    def with_own_tree(self) -> DocumentSnapshot:
+        """This snapshot with its own copy of the tree, for one worker thread (tree-sitter trees
+        are not thread-safe), taken on the first read of its tree (which parses the version if
+        nothing did yet): a reader that never needs the tree never parses."""
+        return replace(self, syntax=SyntaxTree.copy_of(self.syntax))
 
     def offset_at(self, position: Position) -> int:
         return self.lines.offset_at(position)
@@ -85,7 +142,7 @@ class Document:
         self.language = language_for(language_id, self.path)
         self.version = version
         self._lines = TextIndex(text)
-        self._tree = self._parse(self._lines, None)
+        self._syntax = self._parse(self._lines, None)
 
     @property
     def text(self) -> str:
@@ -93,7 +150,7 @@ class Document:
 
     @property
     def tree(self) -> ts.Tree | None:
-        return self._tree
+        return self._syntax.get()
 
     def apply_change(self, range: Range | None, text: str, version: int) -> TextChange:
         """Apply one content change (`range` None replaces the whole text) and re-parse."""
@@ -104,9 +161,9 @@ class Document:
             start, end = sorted((old.offset_at(range.start), old.offset_at(range.end)))
         new = TextIndex(old.text[:start] + text + old.text[end:])
         change = _text_change(old, new, start, end, len(text))
-        edited = self._edited_tree(old, start, end, text) if range is not None else None
+        edited = self._edited_tree(old, start, end, text) if range is not None and self._syntax.made else None
         self._lines = new
-        self._tree = self._parse(new, edited)
+        self._syntax = self._parse(new, edited)
         self.version = version
         return change
 
@@ -118,19 +175,20 @@ class Document:
             language=self.language,
             version=self.version,
             text=self._lines.text,
-            tree=self._tree,
+            syntax=self._syntax,
             lines=self._lines,
         )
 
     def _edited_tree(self, old: TextIndex, start: int, end: int, inserted: str) -> ts.Tree | None:
-        if self._tree is None:
+        """A copy of the (parsed) current tree with the edit applied, for an incremental parse."""
+        if (current := self._syntax.get()) is None:
             return None
         start_byte, start_point = old.byte_at(start), old.point_at(start)
         inserted_bytes = encode_text(inserted)
         rows = inserted.count("\n")
         tail = inserted_bytes[inserted_bytes.rfind(b"\n") + 1 :]
         end_column = len(tail) if rows else start_point[1] + len(tail)
-        tree = self._tree.copy()
+        tree = current.copy()
         tree.edit(
             start_byte=start_byte,
             old_end_byte=old.byte_at(end),
@@ -141,10 +199,14 @@ class Document:
         )
         return tree
 
-    def _parse(self, lines: TextIndex, edited: ts.Tree | None) -> ts.Tree | None:
+    def _parse(self, lines: TextIndex, edited: ts.Tree | None) -> SyntaxTree:
+        """The new version's tree: parsed now up to `SYNC_PARSE_CHARS`, else on first use."""
         if self.language is None or len(lines.text) > MAX_PARSE_CHARS:
-            return None
-        return self.language.parse(lines.data, edited)
+            return SyntaxTree.ready(None)
+        syntax = SyntaxTree.parse(self.language, lines, edited)
+        if len(lines.text) <= SYNC_PARSE_CHARS:
+            syntax.get()
+        return syntax
 
 
 def path_from_uri(uri: str) -> str | None:

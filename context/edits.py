@@ -10,6 +10,9 @@ Invariants:
   it. `before` is the text those lines had before the edit, `after` the text they have now.
 - An edit whose lines end up unchanged (typed, then deleted) disappears.
 - At most `max_edits` edits are kept; the oldest go first. Thread-safe.
+- A change over `MAX_EDIT_CHARS` (a pasted or replaced 1 MB file) is no snippet a prompt could
+  hold: it only shifts the file's other edits and drops those it overlaps, without splitting
+  or comparing its text.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from context.document import TextChange
 from context.positions import Position, Range, utf16_length
 
 _EOL = re.compile(r"\r\n|\r|\n")
+MAX_EDIT_CHARS = 50_000  # before + after of one change
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +75,9 @@ class RecentEdits:
 
     def record(self, path: str, change: TextChange) -> None:
         """Note one document change (as returned by `Document.apply_change`)."""
+        if len(change.before) + len(change.after) > MAX_EDIT_CHARS:
+            self._record_huge(path, change)
+            return
         before, after = _EOL.split(change.before), _EOL.split(change.after)
         now = self._clock()
         with self._lock:
@@ -86,6 +93,13 @@ class RecentEdits:
                 del self._entries[: max(0, len(self._entries) - self.max_edits)]
             else:
                 self._shift(path, change, skip=None)
+
+    def _record_huge(self, path: str, change: TextChange) -> None:
+        with self._lock:
+            self._entries = [
+                e for e in self._entries if e.path != path or not (e.start <= change.old_end_line and e.end >= change.start_line)
+            ]
+            self._shift(path, change, skip=None)
 
     def recent(self, limit: int | None = None, path: str | None = None) -> list[Edit]:
         """Edits newest first, optionally only those of `path`."""

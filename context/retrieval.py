@@ -85,10 +85,11 @@ def similar_lines(site: Site, index: WorkspaceIndex | None, read: TextSource, li
         return []
     reference = _tokens(lines[above])
     scored: list[tuple[float, int, str, str, str]] = []  # (score, -distance, line, after, where)
+    following = _following_code(lines)
     for i in range(len(lines) - 1):
         if i in (above, cursor_line) or i + 1 == cursor_line:
             continue
-        nxt = _nearest_code(lines, i + 1, +1)
+        nxt = following[i + 1]
         if nxt is None or nxt == cursor_line:
             continue
         score = _jaccard(_tokens(lines[i]), reference)
@@ -99,10 +100,11 @@ def similar_lines(site: Site, index: WorkspaceIndex | None, read: TextSource, li
         if text is None or len(text) > MAX_FILE_CHARS:
             continue
         other = text.splitlines()
+        following = _following_code(other)
         for i, tokens in enumerate(line_tokens(text)[: len(other) - 1]):
             if not tokens:
                 continue
-            nxt = _nearest_code(other, i + 1, +1)
+            nxt = following[i + 1]
             score = _jaccard(_tokens(other[i]), reference)
             if nxt is not None and score > 0:
                 scored.append((score * 0.95, -10_000, other[i], other[nxt], f"{path}:{nxt + 1}"))
@@ -193,6 +195,19 @@ def _nearest_code(lines: list[str], start: int, step: int) -> int | None:
             return i
         i += step
     return None
+
+
+def _following_code(lines: list[str]) -> list[int | None]:
+    """For each line, the index of the first non-blank line at or after it (None past the last):
+    `_nearest_code(lines, i, +1)` for every `i` in one pass, so a long run of blank lines costs
+    linear time rather than a scan from each of its lines."""
+    following: list[int | None] = [None] * len(lines)
+    nearest = None
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].strip():
+            nearest = i
+        following[i] = nearest
+    return following
 
 
 def _indent(line: str) -> int:

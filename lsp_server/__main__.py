@@ -16,7 +16,7 @@ from pathlib import Path
 
 from model_runtime.remote.config import RemoteConfig
 
-from .errors import ExpectedOutcomeFilter
+from .errors import BoundedRecordFilter, ExpectedOutcomeFilter
 from .settings import DTYPES
 
 EPILOG = """\
@@ -91,6 +91,7 @@ def setup_logging(log_file: str | None, level: str) -> None:
     handler: logging.Handler = logging.FileHandler(log_file, encoding="utf-8") if log_file else logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     handler.addFilter(ExpectedOutcomeFilter())
+    handler.addFilter(BoundedRecordFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import replace
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from context.document import DocumentSnapshot
 from context.index import WorkspaceIndex
@@ -26,9 +26,8 @@ from context.symbols import undeclared_symbols
 from lsprotocol import types
 
 from .encoding import PositionEncoding
-
-if TYPE_CHECKING:
-    from .server import Glm5Server
+from .settings import ServerSettings
+from .state import WorkspaceState
 
 log = logging.getLogger(__name__)
 
@@ -38,51 +37,57 @@ MAX_ANALYSED_CHARS = 1_000_000
 
 
 class Analysis:
-    def __init__(self, ls: Glm5Server) -> None:
-        self._ls = ls
+    """Analyses the documents of `state` under `settings()`; `publish` sends diagnostics to the
+    client and `background` runs (and keeps, and logs the failure of) one analysis."""
+
+    def __init__(
+        self, state: WorkspaceState, settings: Callable[[], ServerSettings],
+        publish: Callable[[types.PublishDiagnosticsParams], None], background: Callable[[Coroutine[Any, Any, Any]], Any],
+    ) -> None:
+        self._state = state
+        self._settings = settings
+        self._publish = publish
+        self._background = background
         self._timers: dict[str, asyncio.TimerHandle] = {}
 
     def schedule(self, uri: str) -> None:
         if (timer := self._timers.pop(uri, None)) is not None:
             timer.cancel()
-        delay = self._ls.settings.diagnostics_debounce_ms / 1000
+        delay = self._settings().diagnostics_debounce_ms / 1000
         self._timers[uri] = asyncio.get_running_loop().call_later(delay, self._run, uri)
 
     def closed(self, uri: str) -> None:
         """Forget a closed document: clear its diagnostics (the state re-read it from disk)."""
         if (timer := self._timers.pop(uri, None)) is not None:
             timer.cancel()
-        self._ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
+        self._publish(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
 
     def refresh_all(self) -> None:
-        for uri in list(self._ls.documents):
+        for uri in list(self._state.documents):
             self.schedule(uri)
 
     def _run(self, uri: str) -> None:
         self._timers.pop(uri, None)
-        if uri in self._ls.documents:
-            self._ls.background(self._analyse(uri))
+        if uri in self._state.documents:
+            self._background(self._analyse(uri))
 
     async def _analyse(self, uri: str) -> None:
-        snapshot = self._ls.snapshot(uri)
-        own_tree = replace(snapshot, tree=snapshot.tree.copy()) if snapshot.tree is not None else snapshot
-        try:  # tree-sitter trees are not thread-safe: the worker reads its own (shallow) copy
-            diagnostics = await asyncio.to_thread(
-                self._compute, own_tree, self._ls.index, self._ls.settings.diagnostics, self._ls.state.encoding
-            )
+        state = self._state
+        snapshot = state.snapshot(uri)
+        try:
+            diagnostics = await asyncio.to_thread(self._compute, snapshot, state.index, self._settings().diagnostics, state.encoding)
         except Exception:
             log.exception("analysis of %s failed", uri)
             return
-        if self._ls.document_version(uri) == snapshot.version:
-            self._ls.text_document_publish_diagnostics(
-                types.PublishDiagnosticsParams(uri=uri, diagnostics=diagnostics, version=snapshot.version)
-            )
+        if state.document_version(uri) == snapshot.version:
+            self._publish(types.PublishDiagnosticsParams(uri=uri, diagnostics=diagnostics, version=snapshot.version))
 
     @staticmethod
     def _compute(
         snapshot: DocumentSnapshot, index: WorkspaceIndex | None, enabled: bool, encoding: PositionEncoding
     ) -> list[types.Diagnostic]:
-        """Worker thread: refresh the index with the editor's text, find undeclared symbols."""
+        """Worker thread: refresh the index with the editor's text, find undeclared symbols (on
+        its own copy of the tree: tree-sitter trees are not thread-safe)."""
         if index is not None and snapshot.path is not None:
             index.update_buffer(Path(snapshot.path), snapshot.text)
         if not enabled:
@@ -90,6 +95,7 @@ class Analysis:
         if len(snapshot.text) > MAX_ANALYSED_CHARS:
             log.info("%s: %d characters, too large for undeclared-symbol analysis", snapshot.uri, len(snapshot.text))
             return []
+        snapshot = snapshot.with_own_tree()
         return [
             types.Diagnostic(
                 range=encoding.range_out(snapshot.lines, symbol.range),

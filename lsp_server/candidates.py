@@ -24,6 +24,7 @@ with no abstaining (today's behaviour).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from collections.abc import Sequence
@@ -219,7 +220,8 @@ def unscored(plan: Plan, entries: Sequence[_Entry]) -> Decision:
 
 
 async def settle(engine: Any, plan: Plan, prepared: pipeline.Prepared, result: GenerationResult, tokenizer: Any) -> Decision:
-    """Pool, score (one batched engine call, off the loop) and decide, on the event loop."""
+    """Pool (on the event loop), score (one batched engine call) and decide (the reranker's
+    features parse and scan the file: on a worker thread)."""
     entries = pool(plan, prepared, result)
     if not needs_scores(plan, entries):
         return unscored(plan, entries)
@@ -228,7 +230,7 @@ async def settle(engine: Any, plan: Plan, prepared: pipeline.Prepared, result: G
     except (NotImplementedError, TimeoutError, RuntimeError, GenerationFailed) as exc:
         log.info("candidates not scored (%s): showing the model's best", exc)
         scores = None
-    return decide(plan, entries, scores)
+    return await asyncio.to_thread(decide, plan, entries, scores)
 
 
 def settle_sync(engine: Any, plan: Plan, prepared: pipeline.Prepared, result: GenerationResult, tokenizer: Any) -> Decision:

@@ -69,6 +69,11 @@ class CompletionCache:
         while len(self._groups) > self.capacity:
             self._drop(*self._groups.popitem(last=False))
 
+    def reset(self, capacity: int) -> None:
+        """Forget everything and keep at most `capacity` completions from now on."""
+        self.clear()
+        self.capacity = capacity
+
     def clear(self, uri: str | None = None) -> None:
         """Forget everything, or only the completions of one document."""
         if uri is None:

@@ -11,7 +11,8 @@ Invariants:
 - A superseded, stale or cancelled request stops before the engine if it is still debouncing
   or waiting for the model, and between decode steps otherwise. A request the client cancels
   while the model is still loading is answered empty, with a `glm5/status` saying why.
-- The prompt is built on a worker thread, so the event loop keeps answering meanwhile.
+- The prompt and the candidate plan (site, retrieval) are built on a worker thread, so the event
+  loop keeps answering meanwhile.
 - Streaming progress notifications (`glm5/inlineCompletionProgress`) carry post-processed text,
   only go to clients that opted in, and only for the request's current document version.
 """
@@ -21,23 +22,27 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from context.positions import Position
 from model_runtime.api import FinishReason
 
 from . import candidates, pipeline
+from .completion_cache import CompletionCache
 from .errors import Glm5Error, StaleRequest, Superseded
 from .inflight import InFlight, remainder, typed_into
-from .jobs import Job
-from .progress import send_status
-from .stats import RequestRecord
+from .jobs import CompletionJobs, Job
+from .progress import STATUS, status_params
+from .settings import ServerSettings
+from .state import WorkspaceState
+from .stats import RequestRecord, ServerStats
 
 if TYPE_CHECKING:
     from context.document import DocumentSnapshot
 
-    from .server import Glm5Server
+    from .engine_client import EngineClient
 
 log = logging.getLogger(__name__)
 
@@ -67,23 +72,37 @@ class _Timing:
 
 
 class Completions:
-    def __init__(self, ls: Glm5Server) -> None:
-        self._ls = ls
+    """Completes in the documents of `state` with `engine`, under `settings()`: `jobs` cancel the
+    previous request, `cache` answers typing-through, `stats` records each request, `notify`
+    sends streaming progress and status to the client, `background` runs the generations."""
+
+    def __init__(
+        self, state: WorkspaceState, engine: EngineClient, jobs: CompletionJobs, cache: CompletionCache, stats: ServerStats,
+        settings: Callable[[], ServerSettings], notify: Callable[[str, Any], None],
+        background: Callable[[Coroutine[Any, Any, Any]], Any],
+    ) -> None:
+        self._state = state
+        self._engine = engine
+        self._jobs = jobs
+        self._cache = cache
+        self._stats = stats
+        self._settings = settings
+        self._notify = notify
+        self._background = background
         self._flights: dict[tuple[str, str], InFlight] = {}
 
     async def complete(
         self, uri: str, position: Position, request_id: int | str, channel: str = "inline", automatic: bool = True
     ) -> Answer:
         """Complete at `position`; `request_id` is the LSP id echoed in progress notifications."""
-        ls = self._ls
         timing = _Timing()
-        snapshot = ls.snapshot(uri)
+        snapshot = self._state.snapshot(uri)
         position = snapshot.position_at(snapshot.offset_at(position))
-        ls.cursors.update(uri, position, snapshot.version)
+        self._state.cursors.update(uri, position, snapshot.version)
         outcome = "failed"
         record: dict[str, object] = {}
         try:
-            async with ls.jobs.run(uri, snapshot.version, channel) as job:
+            async with self._jobs.run(uri, snapshot.version, channel) as job:
                 answer, outcome = await self._answer(job, snapshot, position, request_id, automatic, timing, record, channel)
                 return answer
         except Superseded:
@@ -99,7 +118,7 @@ class Completions:
             log.warning("completion %s for %s failed: %s", request_id, uri, exc)
             raise
         finally:
-            ls.stats.record(
+            self._stats.record(
                 RequestRecord(
                     str(request_id), uri, outcome, first_text_s=timing.first_text, total_s=timing.elapsed(), **record  # type: ignore[arg-type]
                 )
@@ -119,11 +138,11 @@ class Completions:
         """The answer and its outcome. A cache hit answers at once; typing through a running
         generation follows it; otherwise an automatic request is debounced first, and an
         explicit one completes even where EMPTY."""
-        ls = self._ls
+        settings, engine = self._settings(), self._engine
         offset = snapshot.offset_at(position)
         before = snapshot.text[max(0, offset - CACHE_WINDOW) : offset]
         after = snapshot.text[offset : offset + CACHE_WINDOW]
-        cached = ls.cache.get(snapshot.uri, before, after)
+        cached = self._cache.get(snapshot.uri, before, after)
         if cached is not None:
             timing.saw_text()
             return Answer(cached, job.trace_id, position, snapshot.version), "cache_hit"
@@ -136,24 +155,27 @@ class Completions:
             self._check_version(snapshot)
             return Answer(text, job.trace_id, position, snapshot.version), "continued" if text else "empty"
         self._drop(key)
-        if automatic and ls.settings.debounce_ms:
-            await asyncio.sleep(ls.settings.debounce_ms / 1000)
+        if automatic and settings.debounce_ms:
+            await asyncio.sleep(settings.debounce_ms / 1000)
         try:
-            handle = await ls.engine.ready()
+            handle = await engine.ready()
         except asyncio.CancelledError:
             if job.reason is not None:
                 raise
             # the client gave up while the model was loading: an empty answer, and say why
-            send_status(ls, "warming", "the model is still loading")
+            self._notify(STATUS, status_params("warming", "the model is still loading"))
             return Answer("", job.trace_id, position, snapshot.version), "cancelled"
         started = time.perf_counter()
-        prepared = await self._prepare(snapshot, position, handle, force=not automatic)
+        prepared = await asyncio.to_thread(  # a large file must not stall the event loop
+            pipeline.prepare_later(self._state, settings, snapshot, position, handle.tokenizer, handle.context_length, not automatic)
+        )
         record.update(kind=prepared.kind.value, prepare_s=time.perf_counter() - started)
         if prepared.prompt is None:
             return Answer("", job.trace_id, position, snapshot.version), "empty"
         log.debug("%s: %s at %s, %d prompt tokens", job.trace_id, prepared.kind.value, position, len(prepared.prompt.ids))
-        plan = candidates.make_plan(
-            prepared, ls.settings, handle.tokenizer, ls.index, ls.open_snapshots(exclude=snapshot.uri), ls.engine.can_score
+        plan = await asyncio.to_thread(  # the site and retrieval scan whole files: off the loop too
+            candidates.make_plan, prepared, settings, handle.tokenizer, self._state.index,
+            self._state.open_snapshots(exclude=snapshot.uri), engine.can_score,
         )
         record.update(prepare_s=time.perf_counter() - started)
         flight = self._launch(key, snapshot, offset, prepared, (plan, handle.tokenizer), job.trace_id, before, after)
@@ -167,14 +189,8 @@ class Completions:
         self._check_version(snapshot)
         return Answer(text, job.trace_id, position, snapshot.version), "answered" if text else "empty"
 
-    async def _prepare(self, snapshot: DocumentSnapshot, position: Position, handle, force: bool) -> pipeline.Prepared:
-        """Build the prompt on a worker thread (a large file must not stall the event loop); the
-        worker reads its own copy of the tree (tree-sitter trees are not thread-safe)."""
-        own = replace(snapshot, tree=snapshot.tree.copy()) if snapshot.tree is not None else snapshot
-        return await asyncio.to_thread(self._ls.prepare_later(own, position, handle, force))
-
     def _check_version(self, snapshot: DocumentSnapshot) -> None:
-        current = self._ls.document_version(snapshot.uri)
+        current = self._state.document_version(snapshot.uri)
         if current != snapshot.version:
             raise StaleRequest(snapshot.uri, snapshot.version, current)
 
@@ -182,7 +198,7 @@ class Completions:
     def _launch(self, key, snapshot, offset, prepared, planned: tuple[candidates.Plan, Any], request_id: str, before: str, after: str) -> InFlight:
         """Start a generation owned by the server (it may outlive this request). A gated plan
         (candidates, reranking) publishes only its decision (see `candidates`)."""
-        ls = self._ls
+        engine, cache = self._engine, self._cache
         plan, tokenizer = planned
         flight = InFlight(key[0], key[1], snapshot.version, snapshot.text, offset, prepared, request_id,
                           asyncio.get_running_loop().create_future())
@@ -195,15 +211,15 @@ class Completions:
             if text != flight.streamed:
                 flight.publish(text)
             if pipeline.block_finished(raw, text):
-                ls.engine.abort(request_id)
+                engine.abort(request_id)
 
         async def run() -> None:
             try:
-                result = await ls.engine.generate(plan.request(request_id, prepared.sampling), on_raw)
+                result = await engine.generate(plan.request(request_id, prepared.sampling), on_raw)
                 if result.finish_reason is FinishReason.ABORT:
                     text = "" if plan.gated else pipeline.finish(prepared, result.text)
                 else:
-                    text = (await candidates.settle(ls.engine, plan, prepared, result, tokenizer)).text
+                    text = (await candidates.settle(engine, plan, prepared, result, tokenizer)).text
             except BaseException as exc:
                 flight.done.set_exception(exc)
                 raise
@@ -212,15 +228,14 @@ class Completions:
                     del self._flights[key]
             flight.publish(text)
             if result.finish_reason is not FinishReason.ABORT or text:
-                ls.cache.put(key[0], before, after, text)
+                cache.put(key[0], before, after, text)
             flight.done.set_result(result)
 
-        ls.background(run())
+        self._background(run())
         return flight
 
     async def _follow(self, flight: InFlight, typed: str, job: Job, request_id: int | str, timing: _Timing) -> str:
         """Await `flight`, streaming its text minus `typed` to this request; returns the rest."""
-        ls = self._ls
         last = ""
 
         def on_text(text: str) -> None:
@@ -229,9 +244,9 @@ class Completions:
             if job.reason is not None or not rest:
                 return
             timing.saw_text()
-            if ls.settings.streaming and rest != last:
+            if self._settings().streaming and rest != last:
                 last = rest
-                ls.protocol.notify(PROGRESS, {"requestId": request_id, "text": rest})
+                self._notify(PROGRESS, {"requestId": request_id, "text": rest})
 
         flight.listeners.append(on_text)
         if flight.streamed:
@@ -239,7 +254,7 @@ class Completions:
         try:
             await asyncio.shield(flight.done)
         except asyncio.CancelledError:
-            if job.reason is None and not flight.done.done() and ls.document_version(flight.uri) == flight.version:
+            if job.reason is None and not flight.done.done() and self._state.document_version(flight.uri) == flight.version:
                 self._drop((flight.uri, flight.channel))  # the client gave up and nothing was typed
             raise
         finally:
@@ -249,11 +264,11 @@ class Completions:
     def _drop(self, key: tuple[str, str]) -> None:
         flight = self._flights.pop(key, None)
         if flight is not None and not flight.done.done():
-            self._ls.engine.abort(flight.request_id)
+            self._engine.abort(flight.request_id)
 
     def document_changed(self, uri: str) -> None:
         """After an edit: keep the document's flights that the edit typed into, abort the rest."""
-        document = self._ls.documents.get(uri)
+        document = self._state.documents.get(uri)
         for key, flight in list(self._flights.items()):
             if key[0] != uri or flight.done.done():
                 continue

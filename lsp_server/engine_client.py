@@ -15,6 +15,8 @@ Invariants:
 - torch is imported only by the loader, on a worker thread, when the first model is needed:
   importing this module never imports torch.
 - One model at a time: concurrent `load` calls share a single load.
+- Repeated engine failures (recoveries of the engine thread, `EngineStats.engine_restarts`) are
+  told to `health` (`lsp_server.health`), which reports them once as a whole.
 - Start-up order: once start-up announced a persistent KV store (`expect_store`), `generate`
   waits for it to be bound (at most `store_wait_s`), so the first completion after a restart
   reuses the blocks a previous session persisted instead of racing the binding.
@@ -43,6 +45,7 @@ from model_runtime.api import (
 from model_runtime.tokenizer import GlmTokenizer
 
 from .errors import GenerationFailed, ModelUnavailable
+from .health import EngineHealth
 from .tokens import SafeTokenizer
 
 if TYPE_CHECKING:
@@ -140,8 +143,9 @@ class ModelState(str, enum.Enum):
 class EngineClient:
     """Async façade over one engine. Create it on the event loop that will await it."""
 
-    def __init__(self, loader: ModelLoader = load_runtime) -> None:
+    def __init__(self, loader: ModelLoader = load_runtime, health: EngineHealth | None = None) -> None:
         self._loader = loader
+        self.health = health or EngineHealth()
         self._handle: ModelHandle | None = None
         self._loading: asyncio.Future[ModelHandle] | None = None
         self._unsubmitted: set[str] = set()  # ids in `generate` that the engine has not seen yet
@@ -247,7 +251,10 @@ class EngineClient:
             handle.engine.abort(request.request_id)
             raise GenerationFailed(f"no result for {request.request_id} within {WAIT_S:g} s") from exc
         if result.finish_reason is FinishReason.ERROR:
-            raise GenerationFailed(f"generation failed: {result.error or 'unknown engine error'}")
+            error = result.error or "unknown engine error"
+            self.health.failed(handle.engine.stats().engine_restarts, error)
+            raise GenerationFailed(f"generation failed: {error}")
+        self.health.succeeded()
         return result
 
     async def score(self, request: ScoreRequest, timeout: float = 30.0) -> list[ContinuationScore]:

@@ -12,6 +12,7 @@ Invariants:
 from __future__ import annotations
 
 import logging
+import traceback
 
 from lsprotocol.types import ErrorCodes, LSPErrorCodes
 from pygls.exceptions import JsonRpcException
@@ -91,3 +92,28 @@ class ExpectedOutcomeFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
         return not isinstance(error, Superseded | StaleRequest)
+
+
+class BoundedRecordFilter(logging.Filter):
+    """Keeps the log's size proportional to the number of messages, not to their size: a record
+    longer than `limit` characters (a 1 MB string echoed in an error, pygls's multi-kilobyte
+    traceback of every undecodable message) keeps its head and its last lines, with the count of
+    what was cut in between."""
+
+    def __init__(self, limit: int = 2_000) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if len(message) > self.limit:
+            head, tail = message[: self.limit // 2], message[-(self.limit // 4) :]
+            record.msg, record.args = f"{head} [... {len(message) - len(head) - len(tail)} characters cut ...] {tail}", ()
+        if record.exc_info and record.exc_text is None:
+            record.exc_text = _bounded_traceback(record.exc_info, self.limit)
+        return True
+
+
+def _bounded_traceback(exc_info, limit: int) -> str:
+    text = "".join(traceback.format_exception(*exc_info)).rstrip("\n")
+    return text if len(text) <= limit else f"[... {len(text) - limit} characters cut ...]\n{text[-limit:]}"

@@ -17,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -30,11 +32,12 @@ from context.symbols import undeclared_symbols
 from model_runtime.api import GenerationRequest, SamplingParams
 
 from .errors import NoPassingFix, StaleRequest
+from .settings import ServerSettings
+from .state import WorkspaceState
 from .statements import declaration_site
 
 if TYPE_CHECKING:
-    from .engine_client import ModelHandle
-    from .server import Glm5Server
+    from .engine_client import EngineClient, ModelHandle
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +70,17 @@ class _Task:
 
 
 class Fixer:
-    def __init__(self, ls: Glm5Server) -> None:
-        self._ls = ls
+    """Fixes documents of `state` with `engine` under `settings()`; `busy(goal)` shows the work
+    in the editor's status while it runs."""
+
+    def __init__(
+        self, state: WorkspaceState, engine: EngineClient, settings: Callable[[], ServerSettings],
+        busy: Callable[[str], AbstractContextManager[None]],
+    ) -> None:
+        self._state = state
+        self._engine = engine
+        self._settings = settings
+        self._busy = busy
 
     async def declare(self, uri: str, version: int, name: str, use: Range) -> Replacement:
         snapshot = self._current(uri, version)
@@ -88,24 +100,24 @@ class Fixer:
         return await self._solve(task, trace=f"fix-{next(_trace_ids)}")
 
     def _current(self, uri: str, version: int) -> DocumentSnapshot:
-        snapshot = self._ls.snapshot(uri)
+        snapshot = self._state.snapshot(uri)
         if snapshot.version != version:
             raise StaleRequest(uri, version, snapshot.version)
         return snapshot
 
     async def _solve(self, task: _Task, trace: str) -> Replacement:
-        with self._ls.busy(task.goal):
+        with self._busy(task.goal):
             return await self._attempts(task, trace)
 
     async def _attempts(self, task: _Task, trace: str) -> Replacement:
-        ls, snapshot = self._ls, task.snapshot
-        handle = await ls.engine.ready()
+        snapshot = task.snapshot
+        handle = await self._engine.ready()
         feedback: str | None = None
-        attempts = ls.settings.fix_attempts
+        attempts = self._settings().fix_attempts
         for attempt in range(1, attempts + 1):
             request = self._request(handle, task, feedback, f"{trace}.{attempt}", attempt)
             log.info("%s: attempt %d/%d, %d prompt tokens", trace, attempt, attempts, len(request.prompt_ids))
-            result = await ls.engine.generate(request)
+            result = await self._engine.generate(request)
             middle, feedback = await asyncio.to_thread(_evaluate, task, result.text)
             log.debug("%s: attempt %d wrote %r", trace, attempt, middle)
             log.info("%s: attempt %d %s", trace, attempt, "passed" if feedback is None else f"rejected: {feedback}")
@@ -123,7 +135,7 @@ class Fixer:
         if feedback is not None:
             header += f"{mark} a previous attempt was rejected: {feedback}\n"
         header += file_header(snapshot.path or snapshot.uri, language)
-        settings = self._ls.settings
+        settings = self._settings()
         max_tokens = settings.single_line_max_tokens if task.single_line else settings.max_tokens * 2
         budget = max(32, min(settings.prompt_tokens, handle.context_length - max_tokens) - handle.tokenizer.count(header) - 8)
         prefix, suffix = _window(handle, snapshot.text[: task.start] + task.lead, snapshot.text[task.end :], budget)

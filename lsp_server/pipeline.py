@@ -11,8 +11,9 @@ always fits the model's context length.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from context.classify import CompletionKind, classify
 from context.crossfile import Snippet, gather_snippets
@@ -26,6 +27,9 @@ from model_runtime.api import SamplingParams
 from model_runtime.tokenizer import GlmTokenizer
 
 from .settings import ServerSettings
+
+if TYPE_CHECKING:
+    from .state import WorkspaceState
 
 RECENT_EDITS = 16
 MAX_LINE_CHARS = 20_000  # a longer line at the cursor is minified or generated text: no completion there
@@ -118,6 +122,21 @@ def prepare(
     snippets = gather_snippets(snapshot, position, index, open_docs, edits, header_tokens, tokenizer.count)
     prompt = build_prompt(snapshot, position, snippets, tokenizer, budget, roots)
     return Prepared(snapshot, position, kind, prompt, sampling, tuple(snippets), budget)
+
+
+def prepare_later(
+    state: WorkspaceState, settings: ServerSettings, snapshot: DocumentSnapshot, position: Position, tokenizer: GlmTokenizer,
+    context_length: int, force: bool = False,
+) -> Callable[[], Prepared]:
+    """`prepare` with the workspace's context (index, other open documents, recent edits, roots)
+    captured now, on the event loop, and the work left to a call that may run on a worker thread,
+    on its own copy of the tree (trees are not thread-safe; a large document's version is parsed
+    there if nothing parsed it yet)."""
+    args = (
+        position, tokenizer, context_length, settings, state.index, state.open_snapshots(exclude=snapshot.uri),
+        state.recent_edits, force, [str(r) for r in state.roots],
+    )
+    return lambda: prepare(snapshot.with_own_tree(), *args)
 
 
 def finish(prepared: Prepared, raw: str) -> str:

@@ -27,12 +27,17 @@ STATUS = "glm5/status"
 
 def send_status(ls: LanguageServer, state: str, message: str | None = None, progress: float | None = None) -> None:
     """`glm5/status`; state is warming | ready | busy | error."""
+    ls.protocol.notify(STATUS, status_params(state, message, progress))
+
+
+def status_params(state: str, message: str | None = None, progress: float | None = None) -> dict[str, Any]:
+    """The params of a `glm5/status` notification."""
     params: dict[str, Any] = {"state": state}
     if message is not None:
         params["message"] = message
     if progress is not None:
         params["progress"] = round(progress, 3)
-    ls.protocol.notify(STATUS, params)
+    return params
 
 
 class WorkDone:

@@ -39,6 +39,7 @@ from .completions import Completions
 from .engine_client import EngineClient, ModelHandle, ModelLoader, RuntimeOptions, load_runtime
 from .errors import Glm5Error, StaleRequest, Superseded
 from .fixer import Fixer
+from .health import EngineHealth
 from .framing import ResyncingInput
 from .jobs import CompletionJobs
 from .pipeline import Prepared
@@ -69,13 +70,15 @@ class Glm5Server(LanguageServer):
         self.cli_engine = engine_url
         self.settings = ServerSettings()
         self.state = WorkspaceState()
-        self.engine = EngineClient(loader)
+        self.engine = EngineClient(loader, EngineHealth(self._engine_health_changed))
         self.jobs = CompletionJobs()
         self.cache = CompletionCache(self.settings.cache_size)
         self.stats = ServerStats()
-        self.analysis = Analysis(self)
-        self.completions = Completions(self)
-        self.fixer = Fixer(self)
+        self.analysis = Analysis(self.state, self.current_settings, self.text_document_publish_diagnostics, self.background)
+        self.completions = Completions(
+            self.state, self.engine, self.jobs, self.cache, self.stats, self.current_settings, self.notify, self.background
+        )
+        self.fixer = Fixer(self.state, self.engine, self.current_settings, self.busy)
         self.startup_task: asyncio.Task[None] | None = None
         self.announced_ready = False  # start-up sent `glm5/status ready`
         self._busy = 0
@@ -126,6 +129,14 @@ class Glm5Server(LanguageServer):
     def open_snapshots(self, exclude: str | None = None) -> list[DocumentSnapshot]:
         return self.state.open_snapshots(exclude)
 
+    def current_settings(self) -> ServerSettings:
+        """The settings now (a new object after each configuration change)."""
+        return self.settings
+
+    def notify(self, method: str, params: Any) -> None:
+        """A notification to the client (the features' narrow way to talk to it)."""
+        self.protocol.notify(method, params)
+
     @contextmanager
     def busy(self, message: str) -> Iterator[None]:
         """`glm5/status busy` during long work (fixes, re-indexing), then back to ready.
@@ -167,13 +178,16 @@ class Glm5Server(LanguageServer):
     def prepare_later(
         self, snapshot: DocumentSnapshot, position: Position, handle: ModelHandle, force: bool = False
     ) -> Callable[[], Prepared]:
-        """`prepare`, with the server's context captured now (on the loop) and the work left to a
-        call that may run on a worker thread."""
-        args = (
-            snapshot, position, handle.tokenizer, handle.context_length, self.settings, self.index,
-            self.open_snapshots(exclude=snapshot.uri), self.recent_edits, force, [str(r) for r in self.roots],
-        )
-        return lambda: pipeline.prepare(*args)
+        """`pipeline.prepare_later` with the server's state and settings."""
+        return pipeline.prepare_later(self.state, self.settings, snapshot, position, handle.tokenizer, handle.context_length, force)
+
+    def _engine_health_changed(self, ok: bool, message: str) -> None:
+        """Repeated engine failures are `glm5/status error`; the first success after them, ready."""
+        log.log(logging.INFO if ok else logging.ERROR, "engine health: %s", message)
+        if ok:
+            send_status(self, "ready", message)
+        else:
+            send_status(self, "error", f"{message}; completions fail until it recovers (see the server log)")
 
     def report_server_error(self, error: Exception, source: object) -> None:
         """Errors outside a request's answer: logged; undecodable input is answered."""

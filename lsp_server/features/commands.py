@@ -21,10 +21,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 import asyncio
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from typing import Any
 
-from context.document import DocumentSnapshot
 from lsprotocol import types
 from pygls.uris import from_fs_path
 
@@ -101,7 +100,7 @@ async def forced_prompt(ls: Glm5Server, uri: str, position: Any, command: str):
     (snapshot, handle, prepared), the prompt forced even where a completion would not run."""
     snapshot = ls.snapshot(uri)
     handle = await ls.engine.ready()
-    prepared = await asyncio.to_thread(ls.prepare_later(with_own_tree(snapshot), position, handle, force=True))
+    prepared = await asyncio.to_thread(ls.prepare_later(snapshot, position, handle, force=True))
     if prepared.prompt is None:  # forced prompts exist everywhere except on a line too long to complete
         raise InvalidParams(f"{command}: no prompt at {position}: the line is too long to complete")
     return snapshot, handle, prepared
@@ -114,7 +113,9 @@ async def explain(ls: Glm5Server, uri: str, position: Any, run: bool = True) -> 
     encoding, prompt = ls.state.encoding, prepared.prompt
     outcome: dict[str, Any] = {}
     if run:
-        plan = candidates.make_plan(prepared, ls.settings, handle.tokenizer, ls.index, ls.open_snapshots(exclude=uri), ls.engine.can_score)
+        plan = await asyncio.to_thread(
+            candidates.make_plan, prepared, ls.settings, handle.tokenizer, ls.index, ls.open_snapshots(exclude=uri), ls.engine.can_score
+        )
         outcome = await candidates.explain(ls.engine, prepared, plan, handle.tokenizer, f"explain-{snapshot.version}-{id(plan)}")
     return {
         **outcome,
@@ -136,11 +137,6 @@ async def explain(ls: Glm5Server, uri: str, position: Any, run: bool = True) -> 
         ],
         "budget": asdict(prepared.budget) if prepared.budget is not None else None,
     }
-
-
-def with_own_tree(snapshot: DocumentSnapshot) -> DocumentSnapshot:
-    """The snapshot with a copy of its tree, for a worker thread (trees are not thread-safe)."""
-    return replace(snapshot, tree=snapshot.tree.copy()) if snapshot.tree is not None else snapshot
 
 
 def lsp_json(value: types.Position | types.Range) -> dict[str, Any]:

@@ -1,9 +1,11 @@
 """Document sync (didOpen / didChange / didClose) and the `glm5/didChangeCursor` notification.
 
 Role: keep one `context.document.Document` per open uri (in `WorkspaceState`), apply
-incremental changes in message order (each re-parses incrementally; ranges convert from the
-negotiated position encoding against the text each change applies to), abort completions that a change made stale, record the
-edit for cross-file context, and schedule the debounced analysis (diagnostics, index refresh).
+incremental changes in message order (each re-parses incrementally, or, over
+`SYNC_PARSE_CHARS`, leaves the parse to the first use of the new version's tree, off the loop;
+ranges convert from the negotiated position encoding against the text each change applies to),
+abort completions that a change made stale, record the edit for cross-file context, and
+schedule the debounced analysis (diagnostics, index refresh).
 
 Invariants: a notification for a document that was never opened, or a change with an older
 version, is logged and ignored: the server keeps serving. Changes apply synchronously, so a

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 from context.document import path_from_uri
 from lsprotocol import types
 
-from ..completion_cache import CompletionCache
 from ..encoding import UTF16, PositionEncoding
 from ..settings import parse_settings
 from ..startup import locate_model, run_start_up
@@ -33,7 +32,7 @@ def register(ls: Glm5Server) -> None:
     @ls.feature(types.INITIALIZE)
     def initialize(ls: Glm5Server, params: types.InitializeParams) -> None:
         ls.settings, problems = parse_settings(params.initialization_options, ls.settings)
-        ls.cache = CompletionCache(ls.settings.cache_size)
+        ls.cache.reset(ls.settings.cache_size)
         for problem in problems:
             ls.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning, message=f"glm5: {problem}"))
         ls.state.set_roots(workspace_roots(params))

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 from context.document import path_from_uri
 from lsprotocol import types
 
-from ..completion_cache import CompletionCache
 from ..settings import parse_settings, section
 from ..startup import build_index, open_kv_store
 
@@ -43,7 +42,7 @@ def register(ls: Glm5Server) -> None:
         if ls.settings.model != old.model and ls.cli_model is None:
             problems.append("a new model path takes effect after the server restarts")
         if ls.settings.cache_size != old.cache_size:
-            ls.cache = CompletionCache(ls.settings.cache_size)
+            ls.cache.reset(ls.settings.cache_size)
         elif ls.settings != old:
             ls.cache.clear()
         if ls.settings.diagnostics != old.diagnostics:

@@ -108,3 +108,34 @@ def test_language_falls_back_to_the_extension() -> None:
 )
 def test_path_from_uri(uri: str, path: str | None) -> None:
     assert path_from_uri(uri) == path
+
+
+def test_a_large_document_parses_on_first_use_of_a_version_not_on_each_edit(monkeypatch) -> None:
+    """Over SYNC_PARSE_CHARS, edits change the text at once and parse nothing; the first read of
+    a version's tree parses it (incrementally when the previous version was parsed), and every
+    tree equals a fresh parse of its version's text. Small documents still parse on each edit."""
+    import context.document as doc_module
+
+    monkeypatch.setattr(doc_module, "SYNC_PARSE_CHARS", 1_000)
+    parsed: list[bool] = []  # one entry per parse: whether it was incremental
+    language = doc_module.language_for("python", "a.py")
+    real = type(language).parse
+    monkeypatch.setattr(type(language), "parse", lambda self, data, old=None: parsed.append(old is not None) or real(self, data, old))
+    body = "def f(x):\n    return x\n" * 100  # 2,300 characters
+    document = Document("file:///w/big.py", "python", 1, body)
+    snapshots = [document.snapshot()]
+    for version in range(2, 6):
+        line = document.snapshot().line(0)
+        document.apply_change(Range(Position(0, 0), Position(0, len(line))), f"def g{version}(x):", version)
+        snapshots.append(document.snapshot())
+    assert parsed == [] and document.text.startswith("def g5(x):")
+    assert shape(snapshots[2].tree.root_node) == shape(real(language, encode_text(snapshots[2].text)).root_node)
+    assert parsed == [False]  # a full parse: version 2's parent was never parsed
+    assert shape(snapshots[-1].tree.root_node) == shape(real(language, encode_text(document.text)).root_node)
+    parsed.clear()
+    document.apply_change(Range(Position(1, 11), Position(1, 12)), "y", 6)
+    assert document.snapshot().tree.root_node.text.startswith(b"def g5(x):\n    return y")
+    assert parsed == [True]  # after a parsed version: incremental
+    small = Document("file:///w/small.py", "python", 1, "x = 1\n")
+    small.apply_change(Range(Position(0, 4), Position(0, 5)), "2", 2)
+    assert parsed[1:] == [False, True]  # opened and edited: parsed at once

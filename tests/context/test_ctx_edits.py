@@ -100,3 +100,18 @@ def test_cursor_tracker() -> None:
     cursors.forget("file:///b")
     cursors.forget("file:///never")
     assert cursors.most_recent() == "file:///a"
+
+
+def test_a_huge_change_shifts_the_other_edits_and_replaces_the_ones_it_overlaps() -> None:
+    document, edits, clock = make("a = 1\nb = 2\nc = 3\nd = 4\n")
+    typing(document, edits, Position(3, 5), "0")  # d = 40 (line 3)
+    clock.now += 10
+    typing(document, edits, Position(1, 5), "0")  # b = 20 (line 1)
+    clock.now += 10
+    pasted = "\nx = 0" * 20_000  # 120,000 characters pasted at the end of line 0
+    edits.record(document.path, document.apply_change(Range(Position(0, 5), Position(0, 5)), pasted, document.version + 1))
+    assert [(e.after, e.range.start.line) for e in edits.recent()] == [("b = 20", 20_001), ("d = 40", 20_003)]
+    whole = document.apply_change(None, "y = 2\n" * 20_000, document.version + 1)  # a full replacement overlaps them all
+    edits.record(document.path, whole)
+    assert edits.recent() == []
+    assert document.text.startswith("y = 2\n")

@@ -81,3 +81,23 @@ def test_lone_surrogates_keep_bytes_and_offsets_aligned() -> None:
     for offset in range(len(text) + 1):
         assert index.offset_of_byte(index.byte_at(offset)) == offset
     assert index.position_of_point(index.byte_at(8), (0, index.byte_at(8))) == Position(0, 8)
+
+
+def test_lines_match_a_split_on_every_terminator_for_random_texts() -> None:
+    """The line table (built without a Python step per line when there is no lone "\\r") gives
+    the lines a plain split on "\\r\\n", "\\r" and "\\n" gives, at the offsets they occupy."""
+    import random
+    import re
+
+    rng = random.Random(7)
+    pieces = ["a", "bc", "\n", "\r\n", "\r", "é", "😀", " ", "\n\n", "\r\r\n"]
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 10)))
+        lines = re.split(r"\r\n|\r|\n", text)
+        index = TextIndex(text)
+        assert index.line_count == len(lines)
+        assert [index.line(i) for i in range(len(lines))] == lines
+        starts = [0] + [m.end() for m in re.finditer(r"\r\n|\r|\n", text)]
+        assert [index.line_start(i) for i in range(len(lines))] == starts
+        assert [index.line_end(i) for i in range(len(lines))] == [s + len(line) for s, line in zip(starts, lines)]
+        assert utf16_length(text) == sum(2 if ord(c) > 0xFFFF else 1 for c in text)

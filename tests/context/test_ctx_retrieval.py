@@ -105,3 +105,19 @@ def test_context_lines_match_the_neighbours_above_and_below(tmp_path: Path) -> N
     found = context_lines(site, 1)
     assert [f.text for f in found] == ['    b = d["b"]']
     assert found[0].source == "similar-context"
+
+
+def test_the_line_after_a_similar_line_skips_any_run_of_blank_lines(tmp_path: Path) -> None:
+    """The candidate is the next line with code, however many blank (or whitespace) lines come
+    between, in this file and in a related one; a document that is mostly blank lines (a fuzzer's
+    100,000 newlines) is scanned once, not once per blank line."""
+    blanks = "\n   \n\t\n" + "\n" * 20_000
+    marked = CONFIG.replace('    size = config.get("size")\n', blanks + '    size = config.get("size")\n', 1)
+    site, index = site_for(tmp_path, marked)
+    found = similar_lines(site, index, disk_reader({}), 1)
+    assert [f.text for f in found] == ['    size = config.get("size")']
+    assert found[0].detail.endswith(f"config.py:{6 + blanks.count(chr(10))}")
+    (tmp_path / "helpers.py").write_text('def other(config):\n    name = config.get("name")\n' + blanks + "    return name.upper()\n")
+    index.build()
+    related = [f for f in similar_lines(site, index, disk_reader({}), 3) if "helpers.py" in f.detail]
+    assert [f.text for f in related] == ["    return name.upper()"]

@@ -14,6 +14,8 @@ environment variable GLM5_FAKE, a JSON object:
              (`scoring_fakes.ScoringFakeEngine`; `score_default` for the rest, default -5.0)
     watcher_fails  the file watcher's start raises (as on a vanished root or the inotify limit)
     stats_gate     a path: the engine's cache_stats blocks until that file exists (at most 60 s)
+    parse_gate     a path: a tree-sitter parse of over 500,000 bytes blocks until that file exists
+                   (at most 60 s), on whichever thread runs it
     log      log file path
 """
 
@@ -28,6 +30,7 @@ from pathlib import Path
 from lsp_fakes import FakeEngine, byte_tokenizer
 from scoring_fakes import ScoringFakeEngine
 
+from context.languages import Language
 from context.watcher import IndexWatcher
 from lsp_server import startup
 from lsp_server.engine_client import ModelHandle, RuntimeOptions
@@ -62,6 +65,8 @@ def main() -> None:
             engine.cache_stats = _gated(engine.cache_stats, Path(config["stats_gate"]))
         return ModelHandle(engine, tokenizer, path, 8192)
 
+    if config.get("parse_gate"):
+        Language.parse = _gated_parse(Language.parse, Path(config["parse_gate"]))
     if config.get("watcher_fails"):
         IndexWatcher.start = _raise_on_start
 
@@ -78,6 +83,15 @@ def _gated(fn, gate: Path):
         return fn()
 
     return wait_then_call
+
+
+def _gated_parse(parse, gate: Path):
+    def gated(self, data: bytes, old_tree=None):
+        if len(data) > 500_000:
+            _gated(lambda: None, gate)()
+        return parse(self, data, old_tree)
+
+    return gated
 
 
 def _raise_on_start(self) -> None:

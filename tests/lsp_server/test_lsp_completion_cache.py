@@ -59,3 +59,13 @@ def test_zero_capacity_disables_the_cache():
     cache = CompletionCache(capacity=0)
     cache.put("u", "a", "", "b")
     assert cache.get("u", "a", "") is None
+
+
+def test_reset_forgets_everything_and_applies_the_new_capacity() -> None:
+    cache = CompletionCache(capacity=4)
+    cache.put("u", "a = ", "", "one")
+    cache.reset(1)
+    assert cache.get("u", "a = ", "") is None and len(cache) == 0
+    cache.put("u", "a = ", "", "one")
+    cache.put("u", "b = ", "", "two")
+    assert cache.get("u", "a = ", "") is None and cache.get("u", "b = ", "") == "two"

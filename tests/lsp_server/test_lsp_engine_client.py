@@ -215,6 +215,66 @@ async def test_a_request_aborted_during_warm_up_does_not_generate_in_full():
     engine.shutdown()
 
 
+class _FailingEngine(FakeEngine):
+    """Recovers from an engine-thread exception on the first `failures` requests (each fails
+    with the supervisor's error and counts a restart), then generates normally; `-1` in a
+    request id fails only that request, without a restart (a request-level failure)."""
+
+    def __init__(self, tokenizer, failures: int) -> None:
+        super().__init__(tokenizer, lambda r: "ok")
+        self.failures = failures
+
+    def submit(self, request, on_event, on_done) -> None:
+        if request.request_id.endswith("-1") or self.failures > 0:
+            restarted = not request.request_id.endswith("-1")
+            with self._lock:
+                self._stats["engine_restarts"] += restarted
+            self.failures -= restarted
+            message = "engine error: RuntimeError: boom" if restarted else "bookkeeping failed"
+            on_done(GenerationResult(request.request_id, (), "", FinishReason.ERROR, len(request.prompt_ids), error=message))
+            return
+        super().submit(request, on_event, on_done)
+
+
+async def test_repeated_engine_failures_are_reported_once_and_recovery_once():
+    from lsp_server.health import EngineHealth
+
+    tok = byte_tokenizer()
+    engine = _FailingEngine(tok, failures=3)
+    changes: list[tuple[bool, str]] = []
+    client = EngineClient(lambda path, runtime: ModelHandle(engine, tok, path, 4096), EngineHealth(lambda ok, m: changes.append((ok, m))))
+    await client.load("ckpt")
+    for rid in ("a-1", "b-1", "c-1", "d", "e"):  # three request-level failures (no restart), two engine failures
+        with pytest.raises(GenerationFailed):
+            await client.generate(request(rid))
+    assert changes == []
+    with pytest.raises(GenerationFailed):
+        await client.generate(request("f"))  # the third engine failure within the window
+    assert [ok for ok, _ in changes] == [False] and "failed 3 times" in changes[0][1] and "boom" in changes[0][1]
+    result = await client.generate(request("g"))
+    assert result.text == "ok" and [ok for ok, _ in changes] == [False, True]
+    await client.generate(request("h"))
+    assert len(changes) == 2
+    engine.shutdown()
+
+
+def test_engine_failures_outside_the_window_do_not_add_up():
+    from lsp_server.health import EngineHealth
+
+    now = [0.0]
+    changes: list[bool] = []
+    health = EngineHealth(lambda ok, m: changes.append(ok), limit=3, window_s=60.0, clock=lambda: now[0])
+    for restarts in (1, 2):
+        health.failed(restarts, "boom")
+    now[0] = 61.0
+    health.failed(3, "boom")
+    assert changes == [] and not health.failing
+    health.failed(3, "a request-level failure: the count did not move")
+    now[0] = 62.0
+    health.failed(5, "two recoveries at once")
+    assert changes == [False] and health.failing
+
+
 THREADS_PROGRAM = """
 import os, sys, torch
 from lsp_server.engine_client import RuntimeOptions, load_runtime

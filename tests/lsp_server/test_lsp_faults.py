@@ -104,3 +104,67 @@ async def test_requests_before_initialize_and_after_shutdown_are_answered_with_e
         assert await asyncio.wait_for(client._server.wait(), 20) == 0
     finally:
         await client.stop()
+
+
+def test_the_log_stays_bounded_however_large_the_input_it_reports():
+    """A 1 MB string echoed in an error and a long traceback are cut to the record limit, keeping
+    their head and their last lines (the exception's own line)."""
+    import io
+
+    from lsp_server.errors import BoundedRecordFilter
+
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.addFilter(BoundedRecordFilter(limit=2_000))
+    logger = logging.getLogger("test.bounded")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        logger.error("Invalid Params: Command name %r", "x" * 1_000_000)
+        try:
+            raise ValueError("deep " * 2_000 + "the final cause")
+        except ValueError:
+            logger.exception("Unable to deserialize message")
+    finally:
+        logger.removeHandler(handler)
+    text = out.getvalue()
+    assert len(text) < 7_000
+    assert text.startswith("Invalid Params: Command name 'xxx") and "characters cut" in text
+    assert "Unable to deserialize message" in text and text.rstrip().endswith("the final cause")
+
+
+async def test_a_request_right_after_a_1_mb_edit_is_answered_while_its_parse_is_held(tmp_path):
+    """The didChange of a 1 MB text applies the text at once and leaves the parse to the first
+    use of the tree: with every large parse held by a gate, a request after the edit is answered
+    (the event loop never waits on the parse), and a completion, which needs the tree, waits for
+    it off the loop and then answers for the latest version."""
+    gate = tmp_path.parent / f"{tmp_path.name}.parse-gate"
+    session = await Session.start_fake(tmp_path, {"parse_gate": str(gate), "rules": [["latest_marker = ", "from_latest"]]})
+    try:
+        await session.wait_ready()
+        uri = session.create("big.py", "x = 1\n")
+        big = "def f():\n    pass\n" * 60_000 + "latest_marker = "
+        session.change(uri, big.replace("latest_marker", "older_marker"))
+        session.change(uri, big)
+        lines = big.split("\n")
+        completion = asyncio.ensure_future(session.inline(uri, len(lines) - 1, len(lines[-1])))
+        stats = await asyncio.wait_for(session.stats(), 30)  # answered while both versions' parses are held
+        assert "model" in stats and not completion.done()
+        gate.touch()
+        answer = await asyncio.wait_for(completion, 60)
+        assert [item.insert_text for item in answer.items] == ["from_latest"]
+    finally:
+        gate.touch()
+        assert await session.stop() == 0
+
+
+def test_the_server_turns_repeated_engine_failures_into_a_status_error_and_back():
+    tok = byte_tokenizer()
+    server = build_server(loader=lambda path, runtime: ModelHandle(FakeEngine(tok, lambda r: ""), tok, path, 4096))
+    sent: list[tuple[str, dict]] = []
+    server.protocol.notify = lambda method, params=None: sent.append((method, params))
+    for restarts in (1, 2, 3):
+        server.engine.health.failed(restarts, "engine error: RuntimeError: boom")
+    server.engine.health.succeeded()
+    assert [(m, p["state"]) for m, p in sent] == [("glm5/status", "error"), ("glm5/status", "ready")]
+    assert "failed 3 times" in sent[0][1]["message"] and "boom" in sent[0][1]["message"]

@@ -9,7 +9,7 @@ import os
 
 from lsp_fuzz import Fuzzer, run_fuzz
 
-CASES = int(os.environ.get("GLM5_FUZZ_CASES", "1000"))  # bench/bench_fuzz.py runs 10,000 with 1 MB strings too
+CASES = int(os.environ.get("GLM5_FUZZ_CASES", "3000"))  # bench/bench_fuzz.py runs 10,000 with 1 MB strings too
 
 
 def test_the_server_survives_malformed_and_adversarial_messages(tmp_path_factory):
