@@ -92,7 +92,7 @@ def record_session(path: Path, chars: int, interval_s: float, pause_s: float) ->
 
 async def start_server(
     model: str, root: Path, warmup: bool, max_tokens: int, log: Path, on_initialized: Callable[[LanguageClient], None] | None = None,
-    env: dict[str, str] | None = None,
+    env: dict[str, str] | None = None, options: dict[str, Any] | None = None,
 ) -> tuple[LanguageClient, list]:
     """Start and initialize a server; `on_initialized` runs right after `initialized`, before the
     model is ready, as an editor opens its visible buffers while the server warms up."""
@@ -103,7 +103,7 @@ async def start_server(
     client.feature(types.WINDOW_WORK_DONE_PROGRESS_CREATE)(lambda params: None)
     await client.start_io(sys.executable, "-m", "lsp_server", "--stdio", "--model", model, "--log-file", str(log), cwd=str(REPO),
                           env={**os.environ, **(env or {})})
-    options = {"streaming": True, "debounceMs": 0, "warmup": warmup, "maxTokens": max_tokens, "singleLineMaxTokens": max_tokens}
+    options = {"streaming": True, "debounceMs": 0, "warmup": warmup, "maxTokens": max_tokens, "singleLineMaxTokens": max_tokens, **(options or {})}
     await client.initialize_async(types.InitializeParams(
         capabilities=types.ClientCapabilities(window=types.WindowClientCapabilities(work_done_progress=True)),
         workspace_folders=[types.WorkspaceFolder(uri=root.as_uri(), name=root.name)],

@@ -25,6 +25,7 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from context.index import WorkspaceIndex
 from context.constraints import Site
@@ -213,6 +214,7 @@ def _indent(line: str) -> int:
     return len(line) - len(line.lstrip())
 
 
+@lru_cache(maxsize=65536)  # every request re-scores the lines of this file and its related files
 def _tokens(line: str) -> frozenset[str]:
     return frozenset(_TOKEN.findall(line))
 

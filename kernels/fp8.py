@@ -14,8 +14,6 @@ Invariants:
 from __future__ import annotations
 
 import torch
-import triton
-import triton.language as tl
 
 from kernels import launch
 from kernels.chunks import chunks, rows_per_chunk
@@ -27,44 +25,16 @@ from kernels.validate import (
     check_tensor,
 )
 
+jit = launch.LazyModule("kernels.jit.fp8")  # the @triton.jit kernels: triton loads only when a Triton twin runs
+
 OP = "fp8_block_dequant"
-
-
-@triton.jit
-def _decode_e4m3fn(bits):
-    """uint8 codes (as int32) -> fp32 values."""
-    sign = (bits >> 7) & 1
-    exponent = (bits >> 3) & 15
-    mantissa = bits & 7
-    normal = (((exponent + 120) << 23) | (mantissa << 20)).to(tl.float32, bitcast=True)
-    subnormal = mantissa.to(tl.float32) * 0.001953125  # mantissa · 2^-9
-    magnitude = tl.where(exponent == 0, subnormal, normal)
-    magnitude = tl.where((exponent == 15) & (mantissa == 7), float("nan"), magnitude)
-    return (magnitude.to(tl.int32, bitcast=True) | (sign << 31)).to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _fp8_block_dequant_kernel(
-    w_ptr, scale_ptr, out_ptr, rows, cols,
-    stride_w, stride_scale, stride_out,
-    QBLOCK: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
-):  # fmt: skip
-    offs_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    offs_c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
-    ok = (offs_r[:, None] < rows) & (offs_c[None, :] < cols)
-    offs_r64 = offs_r.to(tl.int64)[:, None]
-    bits = tl.load(w_ptr + offs_r64 * stride_w + offs_c[None, :], mask=ok, other=0).to(tl.int32)
-    scale_at = (offs_r64 // QBLOCK) * stride_scale + (offs_c // QBLOCK)[None, :]
-    scale = tl.load(scale_ptr + scale_at, mask=ok, other=0.0)
-    out = _decode_e4m3fn(bits) * scale
-    tl.store(out_ptr + offs_r64 * stride_out + offs_c[None, :], out.to(out_ptr.dtype.element_ty), mask=ok)
 
 
 def _validate(w: torch.Tensor, scale_inv: torch.Tensor, block: int, dtype: torch.dtype) -> None:
     check_tensor(OP, "w", w, dims="out, in", dtypes=(torch.float8_e4m3fn,))
     check_tensor(OP, "scale_inv", scale_inv, dims="ceil(out/block), ceil(in/block)", dtypes=(torch.float32,))
     check_int(OP, "block", block, minimum=1)
-    expected = (triton.cdiv(w.shape[0], block), triton.cdiv(w.shape[1], block))
+    expected = (launch.cdiv(w.shape[0], block), launch.cdiv(w.shape[1], block))
     if tuple(scale_inv.shape) != expected:
         raise ValueError(
             f"{OP}: scale_inv must have shape {expected} for w {tuple(w.shape)} and block {block}, "
@@ -86,7 +56,7 @@ def fp8_block_dequant_ref(
     out = torch.empty(rows, cols, dtype=dtype, device=w.device)
     bands = rows_per_chunk(8 * cols * block) * block  # whole scale blocks of rows per chunk
     for band in chunks(rows, bands):
-        scales = scale_inv[band.start // block : triton.cdiv(band.stop, block)]
+        scales = scale_inv[band.start // block : launch.cdiv(band.stop, block)]
         scales = scales.repeat_interleave(block, 0)[: band.stop - band.start]
         out[band] = w[band].float() * scales.repeat_interleave(block, 1)[:, :cols]
     return out
@@ -104,14 +74,14 @@ def fp8_block_dequant_triton(
     returns:   [out, in] dtype; W[i,j] = fp8(W)[i,j] · scale_inv[i // block, j // block]
     """
     _validate(w, scale_inv, block, dtype)
-    launch.check_launch_device(OP, _fp8_block_dequant_kernel, w.device)
+    launch.check_launch_device(OP, jit._fp8_block_dequant_kernel, w.device)
     rows, cols = w.shape
     out = torch.empty(rows, cols, dtype=dtype, device=w.device)
     if out.numel() == 0:
         return out
     block_r, block_c = 32, 128
-    grid = (triton.cdiv(rows, block_r), triton.cdiv(cols, block_c))
-    _fp8_block_dequant_kernel[grid](
+    grid = (launch.cdiv(rows, block_r), launch.cdiv(cols, block_c))
+    jit._fp8_block_dequant_kernel[grid](
         w.view(torch.uint8), scale_inv, out, rows, cols, w.stride(0), scale_inv.stride(0), out.stride(0),
         QBLOCK=block, BLOCK_R=block_r, BLOCK_C=block_c,
     )  # fmt: skip

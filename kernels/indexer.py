@@ -25,8 +25,6 @@ Invariants:
 from __future__ import annotations
 
 import torch
-import triton
-import triton.language as tl
 
 from kernels import launch
 from kernels.chunks import chunks, rows_per_chunk
@@ -42,51 +40,12 @@ from kernels.validate import (
     check_tensor,
 )
 
+jit = launch.LazyModule("kernels.jit.indexer")  # the @triton.jit kernels: triton loads only when a Triton twin runs
+
 SCORES = "indexer_scores"
 TOPK = "indexer_topk"
 SELECT_BYTES = 40  # temporaries per score while selecting: masks, running counts, slots
 TILE_BYTES = 1 << 20  # logits scored at a time by the reference (fits a core's L2 cache)
-
-
-@triton.jit
-def _indexer_scores_kernel(
-    q_ptr, w_ptr, cache_ptr, table_ptr, seq_ids_ptr, positions_ptr, seq_lens_ptr, out_ptr,
-    Hi, D, T, B, BS, num_blocks, scale,
-    stride_qs, stride_qh, stride_ws, stride_slot, stride_tb, stride_os,
-    BLOCK_HI: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
-    DOT_FP32: tl.constexpr, PRECISION: tl.constexpr,
-):  # fmt: skip
-    pid = tl.program_id(0)
-    tiles = tl.cdiv(T, BLOCK_T)
-    s = (pid // tiles).to(tl.int64)
-    offs_t = (pid % tiles) * BLOCK_T + tl.arange(0, BLOCK_T)
-    b = tl.load(seq_ids_ptr + s).to(tl.int64)
-    b_ok = (b >= 0) & (b < B)
-    b = tl.where(b_ok, b, 0)
-    seq_len = tl.load(seq_lens_ptr + b, mask=b_ok, other=0).to(tl.int64)
-    limit = tl.minimum(tl.minimum(tl.load(positions_ptr + s).to(tl.int64) + 1, seq_len), T)
-    out = tl.full([BLOCK_T], float("-inf"), tl.float32)
-    if (pid % tiles) * BLOCK_T < limit:  # tiles wholly after the query stay -inf, unread
-        in_seq = offs_t < limit
-        blk = tl.load(table_ptr + b * stride_tb + offs_t // BS, mask=in_seq, other=-1).to(tl.int64)
-        ok = in_seq & (blk >= 0) & (blk < num_blocks)
-        slot = tl.where(ok, blk * BS + offs_t % BS, 0)
-        offs_h = tl.arange(0, BLOCK_HI)
-        offs_d = tl.arange(0, BLOCK_D)
-        d_ok = offs_d < D
-        k_ptrs = cache_ptr + slot[:, None] * stride_slot + offs_d[None, :]
-        k = tl.load(k_ptrs, mask=ok[:, None] & d_ok[None, :], other=0.0)
-        q_mask = (offs_h[:, None] < Hi) & d_ok[None, :]
-        q_ptrs = q_ptr + s * stride_qs + offs_h[:, None] * stride_qh + offs_d[None, :]
-        q = tl.load(q_ptrs, mask=q_mask, other=0.0)
-        if DOT_FP32:
-            k = k.to(tl.float32)
-            q = q.to(tl.float32)
-        w = tl.load(w_ptr + s * stride_ws + offs_h, mask=offs_h < Hi, other=0.0).to(tl.float32)
-        logits = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale  # [BLOCK_HI, BLOCK_T]
-        score = tl.sum(tl.maximum(logits, 0.0) * w[:, None], 0)
-        out = tl.where(ok, score, out)
-    tl.store(out_ptr + s * stride_os + offs_t, out, mask=offs_t < T)
 
 
 def _validate(
@@ -226,10 +185,10 @@ def _launch_scores(
     if out.numel() == 0:
         return
     num_blocks, block_size, dim = index_cache.shape
-    dot_fp32 = launch.dot_in_fp32(_indexer_scores_kernel, q.dtype)
-    block_t = 64 if launch.is_interpreted(_indexer_scores_kernel) else 128
-    grid = (q.shape[0] * triton.cdiv(out.shape[1], block_t),)
-    _indexer_scores_kernel[grid](
+    dot_fp32 = launch.dot_in_fp32(jit._indexer_scores_kernel, q.dtype)
+    block_t = 64 if launch.is_interpreted(jit._indexer_scores_kernel) else 128
+    grid = (q.shape[0] * launch.cdiv(out.shape[1], block_t),)
+    jit._indexer_scores_kernel[grid](
         q, weights, index_cache, block_table, seq_ids, positions, seq_lens, out,
         q.shape[1], dim, out.shape[1], block_table.shape[0], block_size, num_blocks, softmax_scale,
         q.stride(0), q.stride(1), weights.stride(0), index_cache.stride(1), block_table.stride(0),
@@ -255,7 +214,7 @@ def indexer_scores_triton(
     returns:     [S, MB·BS] fp32; I[s,t] = Σ_h w[s,h]·ReLU(scale·q[s,h]·k[t]), -inf where hidden
     """
     _validate(q, weights, index_cache, block_table, seq_ids, positions, seq_lens, softmax_scale)
-    launch.check_launch_device(SCORES, _indexer_scores_kernel, q.device)
+    launch.check_launch_device(SCORES, jit._indexer_scores_kernel, q.device)
     out = torch.empty(q.shape[0], block_table.shape[1] * index_cache.shape[1], device=q.device)
     _launch_scores(q, weights, index_cache, block_table, seq_ids, positions, seq_lens, softmax_scale, out)
     return out
@@ -274,7 +233,7 @@ def indexer_topk_triton(
     """
     _validate(q, weights, index_cache, block_table, seq_ids, positions, seq_lens, softmax_scale, TOPK)
     check_int(TOPK, "topk", topk, minimum=1)
-    launch.check_launch_device(TOPK, _indexer_scores_kernel, q.device)
+    launch.check_launch_device(TOPK, jit._indexer_scores_kernel, q.device)
     num_blocks, block_size, _ = index_cache.shape
     slots = key_slots(block_table, num_blocks, block_size)
     out = torch.full((q.shape[0], topk), -1, dtype=torch.int32, device=q.device)

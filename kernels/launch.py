@@ -7,25 +7,54 @@ Invariants:
 - Whether a kernel is interpreted is read from the kernel object itself: Triton decides it when
   the module defining the kernel is imported, so the environment variable alone can lie.
 - The interpreter computes bf16 arithmetic wrongly; `dot_in_fp32` tells a kernel to upcast.
+- Nothing here imports triton until a Triton kernel is about to run: the `@triton.jit` code lives
+  in `kernels.jit` and each op module reaches it through a `LazyModule`, so the torch reference
+  path (the CPU runtime) never loads triton.
 """
 
 from __future__ import annotations
 
+import importlib
+from types import ModuleType
+
 import torch
-import triton
-from triton.runtime.interpreter import InterpretedFunction
 
 INTERPRETER_PROGRAMS = 4  # grid width to aim for under the interpreter (about 1 ms per program)
 
 
+class LazyModule:
+    """The module `name`, imported at the first attribute read (then found in `sys.modules`)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> object:
+        module: ModuleType = importlib.import_module(self._name)
+        return getattr(module, attr)
+
+
 def is_interpreted(kernel: object) -> bool:
     """True when `kernel` was built by `triton.jit` under TRITON_INTERPRET=1."""
+    from triton.runtime.interpreter import InterpretedFunction
+
     return isinstance(kernel, InterpretedFunction)
 
 
 def interpreter_enabled() -> bool:
     """TRITON_INTERPRET is set now (kernels imported from now on will be interpreted)."""
+    import triton
+
     return bool(triton.knobs.runtime.interpret)
+
+
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) for integers (as `triton.cdiv`)."""
+    return -(-a // b)
+
+
+def next_power_of_2(n: int) -> int:
+    """The smallest power of two >= n, 1 for n <= 1 (as `triton.next_power_of_2`)."""
+    return 1 << max(0, n - 1).bit_length()
 
 
 def check_launch_device(op: str, kernel: object, device: torch.device) -> None:
@@ -52,4 +81,4 @@ def target_programs(kernel: object, device: torch.device) -> int:
 
 def block(n: int, minimum: int = 16) -> int:
     """The power-of-two tile that covers `n` (at least `minimum`, which tl.dot needs)."""
-    return max(minimum, triton.next_power_of_2(max(1, n)))
+    return max(minimum, next_power_of_2(n))

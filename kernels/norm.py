@@ -16,8 +16,6 @@ Invariants:
 from __future__ import annotations
 
 import torch
-import triton
-import triton.language as tl
 
 from kernels import launch
 from kernels.chunks import chunks, rows_per_chunk
@@ -30,28 +28,9 @@ from kernels.validate import (
     check_tensor,
 )
 
+jit = launch.LazyModule("kernels.jit.norm")  # the @triton.jit kernels: triton loads only when a Triton twin runs
+
 OP = "rms_norm"
-
-
-@triton.jit
-def _rms_norm_kernel(
-    x_ptr, res_ptr, w_ptr, y_ptr, res_out_ptr,
-    D, eps, stride_x, stride_res, stride_y, stride_res_out,
-    HAS_RESIDUAL: tl.constexpr, BLOCK_D: tl.constexpr,
-):  # fmt: skip
-    row = tl.program_id(0).to(tl.int64)
-    offs = tl.arange(0, BLOCK_D)
-    ok = offs < D
-    x = tl.load(x_ptr + row * stride_x + offs, mask=ok, other=0.0)
-    if HAS_RESIDUAL:
-        r = tl.load(res_ptr + row * stride_res + offs, mask=ok, other=0.0)
-        x = (x.to(tl.float32) + r.to(tl.float32)).to(x_ptr.dtype.element_ty)  # the add rounds like torch's
-        tl.store(res_out_ptr + row * stride_res_out + offs, x, mask=ok)
-    s = x.to(tl.float32)
-    inv_rms = 1.0 / tl.sqrt(tl.sum(s * s, 0) / D + eps)
-    normed = (s * inv_rms).to(x_ptr.dtype.element_ty).to(tl.float32)
-    w = tl.load(w_ptr + offs, mask=ok, other=0.0).to(tl.float32)
-    tl.store(y_ptr + row * stride_y + offs, (normed * w).to(y_ptr.dtype.element_ty), mask=ok)
 
 
 def _validate(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None) -> None:
@@ -104,14 +83,14 @@ def rms_norm_triton(
     y = (s_f32 · rsqrt(mean(s_f32²) + eps)).to(x.dtype) · weight, s = x (+ residual)
     """
     _validate(x, weight, eps, residual)
-    launch.check_launch_device(OP, _rms_norm_kernel, x.device)
+    launch.check_launch_device(OP, jit._rms_norm_kernel, x.device)
     y = torch.empty_like(x, memory_format=torch.contiguous_format)
     res_out = x if residual is None else torch.empty_like(y)
     if y.numel() == 0:
         return y, res_out
     res_in = x if residual is None else residual
-    block_d = triton.next_power_of_2(x.shape[1])
-    _rms_norm_kernel[(x.shape[0],)](
+    block_d = launch.next_power_of_2(x.shape[1])
+    jit._rms_norm_kernel[(x.shape[0],)](
         x, res_in, weight, y, res_out,
         x.shape[1], eps, x.stride(0), res_in.stride(0), y.stride(0), res_out.stride(0),
         HAS_RESIDUAL=residual is not None, BLOCK_D=block_d,

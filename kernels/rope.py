@@ -14,8 +14,6 @@ Invariants:
 from __future__ import annotations
 
 import torch
-import triton
-import triton.language as tl
 
 from kernels import launch
 from kernels.chunks import chunks, rows_per_chunk
@@ -27,28 +25,9 @@ from kernels.validate import (
     check_tensor,
 )
 
+jit = launch.LazyModule("kernels.jit.rope")  # the @triton.jit kernels: triton loads only when a Triton twin runs
+
 OP = "rope_interleaved"
-
-
-@triton.jit
-def _rope_kernel(
-    x_ptr, cos_ptr, sin_ptr, out_ptr,
-    H, HALF, stride_xs, stride_xh, stride_cs, stride_ss, stride_os, stride_oh,
-    BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr,
-):  # fmt: skip
-    s = tl.program_id(0).to(tl.int64)
-    offs_h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
-    offs_i = tl.arange(0, BLOCK_HALF)
-    i_ok = offs_i < HALF
-    ok = (offs_h[:, None] < H) & i_ok[None, :]
-    c = tl.load(cos_ptr + s * stride_cs + offs_i, mask=i_ok, other=0.0)[None, :]
-    n = tl.load(sin_ptr + s * stride_ss + offs_i, mask=i_ok, other=0.0)[None, :]
-    even = x_ptr + s * stride_xs + offs_h[:, None] * stride_xh + 2 * offs_i[None, :]
-    a = tl.load(even, mask=ok, other=0.0).to(tl.float32)
-    b = tl.load(even + 1, mask=ok, other=0.0).to(tl.float32)
-    out_even = out_ptr + s * stride_os + offs_h[:, None] * stride_oh + 2 * offs_i[None, :]
-    tl.store(out_even, (a * c - b * n).to(out_ptr.dtype.element_ty), mask=ok)
-    tl.store(out_even + 1, (b * c + a * n).to(out_ptr.dtype.element_ty), mask=ok)
 
 
 def _validate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
@@ -89,16 +68,16 @@ def rope_interleaved_triton(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tenso
     (a, b) -> (a·cos − b·sin, b·cos + a·sin), in fp32, rounded once
     """
     _validate(x, cos, sin)
-    launch.check_launch_device(OP, _rope_kernel, x.device)
+    launch.check_launch_device(OP, jit._rope_kernel, x.device)
     num_tokens, heads, rot = x.shape
     out = torch.empty(num_tokens, heads, rot, dtype=x.dtype, device=x.device)
     if out.numel() == 0:
         return out
-    block_h = min(16, triton.next_power_of_2(heads))
-    _rope_kernel[(num_tokens, triton.cdiv(heads, block_h))](
+    block_h = min(16, launch.next_power_of_2(heads))
+    jit._rope_kernel[(num_tokens, launch.cdiv(heads, block_h))](
         x, cos, sin, out,
         heads, rot // 2, x.stride(0), x.stride(1), cos.stride(0), sin.stride(0),
         out.stride(0), out.stride(1),
-        BLOCK_H=block_h, BLOCK_HALF=triton.next_power_of_2(rot // 2),
+        BLOCK_H=block_h, BLOCK_HALF=launch.next_power_of_2(rot // 2),
     )  # fmt: skip
     return out

@@ -95,7 +95,7 @@ def run_complete(args: argparse.Namespace) -> int:
     index = WorkspaceIndex([root])
     index.build(None)
     try:
-        handle = load_runtime(model, RuntimeOptions(args.device or settings.device, args.dtype or settings.dtype, args.mtp or settings.mtp, remote)).safe()
+        handle = load_runtime(model, RuntimeOptions(args.device or settings.device, args.dtype or settings.dtype, args.mtp or settings.mtp, remote, settings.threads)).safe()
     except Exception as exc:
         print(f"lsp_server complete: cannot load model from {remote.base_url if remote else model}: {exc}", file=sys.stderr)
         return 2

@@ -23,6 +23,8 @@ Role: one frozen `ServerSettings` value; every change makes a new one. The keys 
     dtype                 weights' dtype in the runtime: auto (float32 on the CPU, bfloat16 elsewhere),
                           float32, bfloat16 or float16
     mtp                   speculative decoding of greedy requests with the model's MTP layer
+    threads               intra-op CPU threads of the in-process runtime (start-up only); 0 = auto:
+                          one per core but one, at least 1 (a busy core makes every op wait)
     constraints           steer decoding with the IDE state: members, defined names, brackets,
                           single line, token healing (`context.constraints`)
     numCandidates         the model's n-best per completion (1 = greedy only)
@@ -73,6 +75,7 @@ class ServerSettings:
     device: str = "cpu"
     dtype: str = "auto"
     mtp: bool = False
+    threads: int = 0
     constraints: bool = True
     num_candidates: int = 4
     retrieval: bool = True
@@ -110,6 +113,7 @@ _CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "device": (lambda v: isinstance(v, str) and v != "", "a torch device name"),
     "dtype": (lambda v: v in DTYPES, "one of " + ", ".join(DTYPES)),
     "mtp": (lambda v: isinstance(v, bool), "true or false"),
+    "threads": (lambda v: _is_int(v) and 0 <= v <= 1024, "an integer in 0..1024 (0 = auto)"),
     "constraints": (lambda v: isinstance(v, bool), "true or false"),
     "num_candidates": (lambda v: _is_int(v) and 1 <= v <= 16, "an integer in 1..16"),
     "retrieval": (lambda v: isinstance(v, bool), "true or false"),

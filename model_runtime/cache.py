@@ -24,11 +24,16 @@ Invariants:
   its pool is handed to the cold store first.
 - New tokens are only written into device blocks (`block_id < num_blocks`), never spilled ones.
 - Every hash registration or hit stamps the block with `epoch` (the workspace binding it serves).
+- The cache tensors start zeroed. On the CPU they are backed by an anonymous memory map whose
+  pages the kernel zero-fills on first touch (`zeroed`), so creating a large cache costs nothing
+  and only the blocks in use take memory.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
+import mmap
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -42,14 +47,24 @@ class CacheFullError(RuntimeError):
     """The paged cache has no free block for a request that needs one."""
 
 
+def zeroed(shape: tuple[int, ...], dtype: torch.dtype, device) -> torch.Tensor:
+    """A zero tensor. On the CPU: a view of an anonymous memory map (zero pages on first touch,
+    nothing written now); elsewhere `torch.zeros`."""
+    numel = math.prod(shape)
+    if torch.device(device).type != "cpu" or numel == 0:
+        return torch.zeros(shape, dtype=dtype, device=device)
+    buffer = mmap.mmap(-1, numel * dtype.itemsize)
+    return torch.frombuffer(buffer, dtype=dtype, count=numel).view(shape)
+
+
 class KVCache:
     def __init__(
         self, cfg: ModelConfig, num_blocks: int, block_size: int, dtype: torch.dtype, device, spill_blocks: int = 0
     ) -> None:
         self.num_blocks, self.block_size, self.spill_blocks = num_blocks, block_size, spill_blocks
         n, shape = cfg.num_cache_layers, (num_blocks, block_size)
-        self.kv = [torch.zeros(*shape, cfg.kv_cache_dim, dtype=dtype, device=device) for _ in range(n)]
-        self.index = [torch.zeros(num_blocks + spill_blocks, block_size, cfg.index_head_dim, dtype=dtype, device=device) for _ in range(n)]
+        self.kv = [zeroed((*shape, cfg.kv_cache_dim), dtype, device) for _ in range(n)]
+        self.index = [zeroed((num_blocks + spill_blocks, block_size, cfg.index_head_dim), dtype, device) for _ in range(n)]
         pin = torch.device(device).type == "cuda"
         self.spill = [
             torch.zeros(spill_blocks, block_size, cfg.kv_cache_dim, dtype=dtype, pin_memory=pin) for _ in range(n if spill_blocks else 0)

@@ -136,6 +136,21 @@ def load_model(
     return LoadedModel(model, cfg, tokenizer, path, device, dtype)
 
 
+def set_threads(threads: int = 0) -> int:
+    """Set torch's intra-op CPU threads for this process (threads started later, such as the
+    engine's, take it up) and return the number. 0 = auto: one per available core but one, at
+    least 1. On a busy machine every parallel op waits for its slowest thread, so a thread per
+    core costs far more than it gains (measured on 2 cores at load 4-7: a decode step, a prefill
+    and a scoring forward each 3-20x slower with 2 threads than with 1); the spare core serves the
+    editor and the server's event loop."""
+    if threads < 0:
+        raise ValueError(f"threads: expected 0 (auto) or a positive count, got {threads}")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    count = threads or max(1, cores - 1)
+    torch.set_num_threads(count)
+    return count
+
+
 def _check_ids(ids: torch.Tensor, vocab: int) -> None:
     if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
         raise ValueError(f"input_ids: ids must lie in [0, {vocab}), got [{int(ids.min())}, {int(ids.max())}]")

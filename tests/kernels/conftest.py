@@ -1,7 +1,7 @@
 """Fixtures for the kernel tests: where the Triton kernels run, and seeded generators.
 
 Triton decides whether a kernel is interpreted when `triton.jit` decorates it, i.e. when the
-kernel's module is imported. Without CUDA this conftest sets TRITON_INTERPRET=1 before the
+kernel's module (`kernels.jit.<op>`) is imported. Without CUDA this conftest sets TRITON_INTERPRET=1 before the
 kernel modules are imported, and re-imports any that another test module imported earlier, so
 the Triton twins run on CPU tensors through the interpreter. With CUDA the same tests run the
 compiled kernels on the GPU at the same tiny shapes.
@@ -22,7 +22,7 @@ import pytest  # noqa: E402
 
 from kernels import launch  # noqa: E402
 
-KERNEL_MODULES = ("kernels.sparse_mla", "kernels.indexer", "kernels.norm", "kernels.rope", "kernels.fp8")
+KERNEL_MODULES = ("kernels.jit.sparse_mla", "kernels.jit.indexer", "kernels.jit.norm", "kernels.jit.rope", "kernels.jit.fp8")
 
 
 def _interpreted(module_name: str) -> bool:

@@ -4,6 +4,10 @@ routing of each call to the right twin, and the twins' identical signatures."""
 from __future__ import annotations
 
 import inspect
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -92,7 +96,7 @@ def _spy_on_twins(monkeypatch, calls):
     ids=["torch", "triton-interpreted", "triton-on-cpu-tensors"],
 )
 def test_each_call_goes_to_the_twin_that_can_run_it(name, interpreter, want, monkeypatch):
-    if want == "_triton" and not launch.is_interpreted(norm._rms_norm_kernel):
+    if want == "_triton" and not launch.is_interpreted(norm.jit._rms_norm_kernel):
         pytest.skip("the kernels were compiled for CUDA, not built for the interpreter")
     calls: list[str] = []
     _spy_on_twins(monkeypatch, calls)
@@ -107,3 +111,24 @@ def test_each_call_goes_to_the_twin_that_can_run_it(name, interpreter, want, mon
 def test_compiled_kernel_refuses_cpu_tensors_with_a_hint():
     with pytest.raises(ValueError, match="needs CUDA tensors.*TRITON_INTERPRET=1"):
         launch.check_launch_device("op", object(), torch.device("cpu"))
+
+
+CPU_PATH = """
+import sys, torch
+import kernels, model_runtime.runtime, model_runtime.engine
+from kernels import norm
+x = torch.randn(4, 8)
+y, _ = kernels.rms_norm(x, torch.ones(8), 1e-6)
+assert torch.allclose(y, norm.rms_norm_ref(x, torch.ones(8), 1e-6)[0])
+print(sorted(m for m in sys.modules if m == "triton" or m.startswith(("triton.", "kernels.jit"))))
+"""
+
+
+def test_the_torch_reference_path_never_imports_triton():
+    """The CPU runtime (reference backend, no interpreter) loads neither triton nor the kernels' jit code."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "GLM5_KERNELS")}
+    env["CUDA_VISIBLE_DEVICES"] = ""  # a CUDA machine's CPU path: the dispatcher picks the reference
+    done = subprocess.run([sys.executable, "-c", CPU_PATH], cwd=Path(kernels.__file__).parents[1], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", done.stdout

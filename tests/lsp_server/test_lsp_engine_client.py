@@ -273,3 +273,30 @@ def test_engine_failures_outside_the_window_do_not_add_up():
     now[0] = 62.0
     health.failed(5, "two recoveries at once")
     assert changes == [False] and health.failing
+
+
+THREADS_PROGRAM = """
+import os, sys, torch
+from lsp_server.engine_client import RuntimeOptions, load_runtime
+seen = []
+for threads in (3, 0):
+    handle = load_runtime(sys.argv[1], RuntimeOptions("cpu", threads=threads))
+    seen.append(handle.engine.call(torch.get_num_threads))  # on the engine thread, which does the model's work
+    handle.engine.shutdown()
+print(seen[0], seen[1], len(os.sched_getaffinity(0)))
+"""
+
+
+def test_the_runtime_threads_setting_reaches_the_engine_thread(tmp_path):
+    """`threads` sets the engine thread's intra-op threads; 0 (auto) leaves one core free (in a
+    subprocess: the setting is process-wide)."""
+    import subprocess
+    import sys
+
+    from model_runtime.testing import make_tiny_checkpoint
+
+    make_tiny_checkpoint(tmp_path)
+    done = subprocess.run([sys.executable, "-c", THREADS_PROGRAM, str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    explicit, auto, cores = map(int, done.stdout.split())
+    assert explicit == 3 and auto == max(1, cores - 1)

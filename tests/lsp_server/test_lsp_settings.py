@@ -28,6 +28,7 @@ def test_valid_keys_update_a_copy():
         ({"dtype": "float64"}, "'dtype': expected one of auto, float32, bfloat16, float16"),
         ({"mtp": "on"}, "'mtp': expected true or false"),
         ({"maxDecodeMs": -1}, "'maxDecodeMs': expected an integer in 0..60000"),
+        ({"threads": -2}, "'threads': expected an integer in 0..1024 (0 = auto)"),
     ],
 )
 def test_bad_values_keep_the_previous_value_and_name_the_key(raw, fragment):
@@ -59,3 +60,12 @@ def test_the_decode_budget_reaches_every_completion_and_confidence_cuts_only_blo
     single, block = (sampling_for(k, settings) for k in (CompletionKind.SINGLE_LINE, CompletionKind.MULTI_LINE))
     assert single.max_decode_ms == block.max_decode_ms == 120
     assert single.min_confidence == 0 < block.min_confidence
+
+
+def test_the_threads_setting_reaches_the_runtime_options():
+    from lsp_server.server import build_server
+
+    server = build_server()
+    assert server.runtime_options.threads == 0  # auto by default
+    server.settings, problems = parse_settings({"threads": 1}, server.settings)
+    assert problems == [] and server.runtime_options.threads == 1

@@ -1,10 +1,15 @@
-"""Block manager: hash-chained prefix sharing, copy-on-write of a fully cached tail, rollback, LRU."""
+"""Block manager: hash-chained prefix sharing, copy-on-write of a fully cached tail, rollback, LRU;
+the cache tensors: zeroed, and on the CPU resident only where written."""
 
 from __future__ import annotations
 
-import pytest
+import os
 
-from model_runtime.cache import BlockManager, CacheFullError, chain_hash, ROOT_HASH
+import pytest
+import torch
+
+from model_runtime.cache import BlockManager, CacheFullError, KVCache, chain_hash, ROOT_HASH
+from model_runtime.config import ModelConfig
 
 
 def test_chain_hash_depends_on_the_whole_prefix():
@@ -81,3 +86,25 @@ def test_cache_full_raises():
     table = bm.allocate(list(range(8))).block_table
     with pytest.raises(CacheFullError):
         bm.append_slot(table, 9)
+
+
+def _resident_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs Linux /proc to read resident memory")
+def test_a_cpu_cache_takes_memory_only_for_the_blocks_written():
+    """1 GiB of cache is created without touching it (zero pages on demand); it reads as zeros and
+    keeps what is written."""
+    cfg = ModelConfig.tiny()
+    per_block = 64 * (cfg.kv_cache_dim + cfg.index_head_dim) * 4 * cfg.num_cache_layers
+    num_blocks = -(-(1 << 30) // per_block)
+    before = _resident_bytes()
+    cache = KVCache(cfg, num_blocks, 64, torch.float32, "cpu")
+    grown = _resident_bytes() - before
+    assert cache.device_bytes() >= 1 << 30 and grown < 64 << 20, f"{grown >> 20} MiB resident after creating the cache"
+    assert cache.kv[0][num_blocks - 1].abs().sum() == 0 and cache.index[-1][3].abs().sum() == 0
+    cache.kv[0][5].fill_(2.0)
+    cache.copy_block(5, 6)
+    assert cache.kv[0][6].eq(2.0).all() and cache.kv[0][7].abs().sum() == 0

@@ -87,6 +87,20 @@ async def test_completion_streaming_and_stats_through_the_daemon(daemon, tmp_pat
         assert await session.stop() == 0
 
 
+async def test_a_server_on_a_remote_engine_never_loads_torch(daemon, tmp_path):
+    """Configured by initializationOptions.engine alone (no --engine-url), the server starts,
+    warms up and completes through the daemon without ever mapping torch's library."""
+    session = await start_session(tmp_path, "no-torch", None, {"engine": daemon.url})
+    try:
+        uri, line, col = end_of(session)
+        assert isinstance(await session.inline(uri, line, col), types.InlineCompletionList)
+        assert (await session.stats())["model"]["path"] == daemon.url
+        maps = Path(f"/proc/{session.client._server.pid}/maps").read_text()  # the server process (pygls keeps it as _server)
+        assert "libtorch" not in maps and "libtriton" not in maps
+    finally:
+        assert await session.stop() == 0
+
+
 async def test_start_up_warms_and_persists_the_kv_store_in_the_daemon(daemon, tmp_path, cache_dir):
     before = daemon.stats()
     session = await start_session(tmp_path, "warm", daemon.url, source=SOURCE.replace("helper_", "warm_"))
