@@ -167,6 +167,7 @@ class BlockManager:
         self.cache = cache
         self.cold: ColdStore | None = None
         self.epoch = 0
+        self.touched: set[int] = set()  # device blocks ever handed out: on the CPU, the pool's resident part
 
     @property
     def num_free(self) -> int:
@@ -359,6 +360,8 @@ class BlockManager:
         if not pool:
             raise CacheFullError("no free KV-cache block")
         block_id, _ = pool.popitem(last=False)
+        if not spill:
+            self.touched.add(block_id)
         block = self.blocks[block_id]
         if block.hash is not None and self.by_hash.get(block.hash) == block_id:
             if self.cold is not None:

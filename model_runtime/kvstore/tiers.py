@@ -184,6 +184,7 @@ class CacheTiers:
         return {
             "device_blocks": self.cache.num_blocks, "spill_blocks": self.cache.spill_blocks, "blocks_in_use": used,
             "cached_blocks": len(self.blocks.by_hash), "device_bytes": self.cache.device_bytes(),
+            "touched_bytes": len(self.blocks.touched) * self.blocks.block_size * self.cache.bytes_per_token(),
             "host_blocks": len(self.host), "host_bytes": self.host.total_bytes, "pending_blocks": len(self.pending),
             "disk_blocks": 0 if self.disk is None else len(self.disk),
             "disk_bytes": 0 if self.disk is None else self.disk.total_bytes,
