@@ -54,54 +54,46 @@ def _tmpfs(path: Path, options: str) -> Iterator[bool]:
         subprocess.run(["umount", "-l", str(path)], check=False)
 
 
-async def test_a_cache_path_that_is_a_file_leaves_completions_working_and_says_why(tiny_checkpoint, tmp_path):
-    root, cache = tmp_path / "ws", tmp_path / "cache-is-a-file"
+async def _complete_with_cache(model: Path, tmp_path: Path, cache: Path, completions: int = 1) -> str:
+    """Start a server on an empty workspace with KV cache dir `cache`, answer `completions`
+    completions (each in its own file), stop it cleanly; the server's whole log."""
+    root, log = tmp_path / "ws", tmp_path / "server.log"
     root.mkdir()
-    cache.write_text("not a directory")
-    session = await _server(tiny_checkpoint, root, tmp_path / "server.log", cache)
+    session = await _server(model, root, log, cache)
     try:
-        await _completes(session)
+        for i in range(completions):
+            await _completes(session, f"f{i}.py")
         await session.wait_ready(120)
-        assert "no persistent KV cache" in session.log_tail(400)
+        assert (await session.stats())["engine"]["requests_finished"] >= completions
     finally:
         assert await session.stop() == 0
+    return log.read_text()
+
+
+async def test_a_cache_path_that_is_a_file_leaves_completions_working_and_says_why(tiny_checkpoint, tmp_path):
+    cache = tmp_path / "cache-is-a-file"
+    cache.write_text("not a directory")
+    assert "no persistent KV cache" in await _complete_with_cache(tiny_checkpoint, tmp_path, cache)
 
 
 async def test_a_read_only_cache_dir_leaves_completions_working_and_says_why(tiny_checkpoint, tmp_path):
-    root, cache = tmp_path / "ws", tmp_path / "ro-cache"
-    root.mkdir()
+    cache = tmp_path / "ro-cache"
     with _tmpfs(cache, "ro,size=1m") as mounted:
         if not mounted:
             if os.geteuid() == 0:
                 pytest.skip("root, and mounting a read-only tmpfs is not allowed here")
             cache.chmod(0o555)
-        session = await _server(tiny_checkpoint, root, tmp_path / "server.log", cache)
-        try:
-            await _completes(session)
-            await session.wait_ready(120)
-            log = session.log_tail(400)
-            assert "no persistent KV cache" in log and ("Read-only file system" in log or not mounted)
-        finally:
-            assert await session.stop() == 0
+        log = await _complete_with_cache(tiny_checkpoint, tmp_path, cache)
+    assert "no persistent KV cache" in log and ("Read-only file system" in log or not mounted)
 
 
 async def test_a_full_disk_leaves_completions_working_and_says_why(tiny_checkpoint, tmp_path):
-    root, cache = tmp_path / "ws", tmp_path / "tiny-disk"
-    root.mkdir()
+    cache = tmp_path / "tiny-disk"
     with _tmpfs(cache, "size=16k") as mounted:
         if not mounted:
             pytest.skip("a full disk needs a tiny tmpfs, and mounting one is not allowed here")
-        session = await _server(tiny_checkpoint, root, tmp_path / "server.log", cache)
-        try:
-            for i in range(3):
-                await _completes(session, f"f{i}.py")
-            await session.wait_ready(120)
-            stats = await session.stats()
-            assert stats["engine"]["requests_finished"] >= 3
-        finally:
-            assert await session.stop() == 0
-        log = (tmp_path / "server.log").read_text()
-        assert "No space left on device" in log, log[-3000:]
+        log = await _complete_with_cache(tiny_checkpoint, tmp_path, cache, completions=3)
+    assert "No space left on device" in log, log[-3000:]
 
 
 async def test_two_servers_on_one_workspace_and_cache_complete_concurrently(tiny_checkpoint, tmp_path):
