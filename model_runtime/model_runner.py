@@ -22,7 +22,7 @@ from model_runtime.cache import KVCache
 from model_runtime.config import EngineConfig, ModelConfig
 from model_runtime.kvstore.residency import SpilledLatents
 from model_runtime.model import Transformer
-from model_runtime.paged import PagedBatch
+from model_runtime.paged import AttentionCost, PagedBatch
 
 
 @dataclass
@@ -48,8 +48,11 @@ class ModelRunner:
         self.cfg: ModelConfig = model.cfg
         if model.layers[0].self_attn.fused_in is None:
             model.fuse_for_inference()
-        heads, width = self.cfg.num_attention_heads, self.cfg.qk_nope_head_dim + self.cfg.v_head_dim
-        self._expanded_key_bytes = heads * width * model.lm_head.weight.element_size()
+        cfg = self.cfg
+        self._attention_cost = AttentionCost(
+            cfg.num_attention_heads, cfg.kv_lora_rank, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim,
+            model.lm_head.weight.element_size(),
+        )
 
     def _batch(self, feeds: list[Feed]) -> PagedBatch:
         batch = PagedBatch.build(
@@ -60,7 +63,7 @@ class ModelRunner:
             (self.cfg.qk_rope_head_dim, self.cfg.rope_theta),
             self.engine_config.attention,
             self.device,
-            self._expanded_key_bytes,
+            self._attention_cost,
         )
         batch.latents = SpilledLatents.for_step(self.cache, [f.block_table for f in feeds])
         return batch

@@ -21,7 +21,7 @@ from model_runtime import lean
 from model_runtime.api import GenerationRequest, SamplingParams
 from model_runtime.config import EngineConfig
 from model_runtime.engine import Engine
-from model_runtime.paged import PagedBatch
+from model_runtime.paged import AttentionCost, PagedBatch
 
 BLOCK = 4
 
@@ -106,12 +106,26 @@ def test_engine_decode_matches_the_reference_path(tiny, monkeypatch):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
-def test_auto_attention_expands_a_sparse_prefill_on_the_cpu_while_it_fits():
-    def absorbed(spans, key_bytes):
-        tables = [list(range(i * 16, i * 16 + 16)) for i in range(len(spans))]
-        return PagedBatch.build(spans, tables, BLOCK, 8, (8, 10000.0), expanded_key_bytes=key_bytes).use_absorbed
+MID_SHAPE = AttentionCost(heads=8, kv_rank=128, nope=64, rope=32, v=64, element_size=4)  # bench_runtime's mid model
 
-    assert not absorbed([(0, 40)], 512)  # sparse (40 keys > top-k 8), a prefill: expanded
-    assert absorbed([(39, 40)], 512)  # a decode step: absorbed
-    assert absorbed([(0, 40)], None)  # no size given: sparse steps stay absorbed
-    assert absorbed([(0, 40)], (256 << 20) // 39)  # expanded keys over the budget: absorbed
+
+def _absorbed(spans: list[tuple[int, int]], cost: AttentionCost | None, topk: int = 256) -> bool:
+    per_seq = max(e for _, e in spans) // BLOCK + 1
+    tables = [list(range(i * per_seq, (i + 1) * per_seq)) for i in range(len(spans))]
+    return PagedBatch.build(spans, tables, BLOCK, topk, (8, 10000.0), cost=cost).use_absorbed
+
+
+def test_auto_attention_expands_a_sparse_prefill_on_the_cpu_while_it_fits_and_costs_less():
+    assert not _absorbed([(0, 40)], MID_SHAPE, topk=8)  # sparse (40 keys > top-k 8), a prefill: expanded
+    assert not _absorbed([(0, 1200)], MID_SHAPE)  # a 1,200-token prefill: expanding is cheaper
+    assert not _absorbed([(0, 200)], MID_SHAPE)  # dense (200 keys <= top-k 256), a prefill: expanded
+    assert _absorbed([(39, 40)], MID_SHAPE, topk=8)  # a decode step: absorbed
+    assert _absorbed([(0, 40)], None, topk=8)  # no shape given: sparse steps stay absorbed
+    over = AttentionCost(heads=8, kv_rank=128, nope=(256 << 20) // (39 * 8 * 4), rope=32, v=0, element_size=4)
+    assert _absorbed([(0, 40)], over, topk=8)  # expanded keys over the budget: absorbed
+
+
+def test_auto_attention_absorbs_a_few_new_tokens_over_a_long_cached_context():
+    assert _absorbed([(3600, 3624)] * 6, MID_SHAPE)  # scoring six candidates after a 3.6k prompt
+    assert _absorbed([(3565, 3600)], MID_SHAPE)  # a restart: 35 new prompt tokens after 3,565 cached
+    assert _absorbed([(0, 3600)], MID_SHAPE)  # a 3,600-token prefill: each query sees 256 of 3,600 keys
