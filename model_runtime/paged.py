@@ -48,7 +48,7 @@ class AttentionCost:
     to keys and values and attends densely (masked) over all of them; the absorbed form attends
     each query over its selected latents only. Expanding wins for a long prefill over a fresh
     context; absorbing wins for a few new tokens over a long cached one (a scoring forward of
-    candidates after a 3.6k-token prompt: 0.4-0.8 s against 1.3 s expanded, mid model)."""
+    candidates after a 3.6k-token prompt: 0.4-0.7 s against 1.2-1.5 s expanded, mid model)."""
 
     heads: int
     kv_rank: int
