@@ -53,6 +53,8 @@ VARIANTS = {v.name: v for v in (
     Variant("muon", "fast + Muon for the block matrices", (*FAST, "--optimizer", "muon")),
     Variant("lr6e-3", "fast + peak learning rate 6e-3", (*FAST, "--lr", "6e-3")),
     Variant("muon-lines", "fast + Muon + line-level FIM", (*FAST, "--optimizer", "muon"), DEFAULT_SHARDS / "train-lines"),
+    Variant("muon-lines-bf16", "muon-lines with Newton-Schulz in bf16", (*FAST, "--optimizer", "muon", "--muon-ns-dtype", "bfloat16"),
+            DEFAULT_SHARDS / "train-lines"),
 )}
 
 

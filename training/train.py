@@ -51,7 +51,7 @@ from training.tokenizer import DEFAULT_OUT as DEFAULT_TOKENIZER
 
 # Process CPU seconds (every thread of this process), module-level so a test can drive it.
 cpu_clock = time.process_time
-RESUME_KEYS = ("model", "batch_size", "grad_accum", "seed", "data", "total_steps", "optimizer", "init_from")
+RESUME_KEYS = ("model", "batch_size", "grad_accum", "seed", "data", "total_steps", "optimizer", "muon_ns", "init_from")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
@@ -81,6 +81,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--mtp-stride", type=int, default=1, help="score the MTP head on every N-th position only")
     p.add_argument("--optimizer", choices=("adamw", "muon"), default="adamw",
                    help="muon: Muon for the block matrices, AdamW for the rest (training.muon)")
+    p.add_argument("--muon-ns-dtype", choices=("float32", "bfloat16"), default="float32",
+                   help="dtype of Muon's Newton-Schulz iterations (bfloat16 halves their cost on a CPU with AMX)")
     p.add_argument("--compile", action="store_true", help="torch.compile the training forward")
     p.add_argument("--init-from", type=Path, help="start from this exported checkpoint's weights (same preset and tokenizer)")
     p.add_argument("--bias-update-rate", type=float, default=1e-3, help="MoE routing-bias step per update")
@@ -127,6 +129,8 @@ class Trainer:
         self.run_config = {
             "model": self.cfg.to_dict(), "preset": args.preset, "batch_size": args.batch_size,
             "grad_accum": args.grad_accum, "seed": args.seed, "total_steps": total_steps, "optimizer": args.optimizer,
+            # None for fp32, so checkpoints written before the option resume
+            "muon_ns": args.muon_ns_dtype if args.optimizer == "muon" and args.muon_ns_dtype != "float32" else None,
             "init_from": str(args.init_from) if args.init_from else None,
             "data": self.train_data.index["tokenizer_sha256"] + f":{len(self.train_data)}",
         }
@@ -280,7 +284,7 @@ def _hardware(device: torch.device) -> str:
 
 def _optimizer(model: torch.nn.Module, args: argparse.Namespace) -> torch.optim.Optimizer:
     if args.optimizer == "muon":
-        return MuonAdamW(muon_groups(model, args.weight_decay), lr=args.lr)
+        return MuonAdamW(muon_groups(model, args.weight_decay), lr=args.lr, ns_dtype=args.muon_ns_dtype)
     decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
     rest = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
     groups = [{"params": decay, "weight_decay": args.weight_decay}, {"params": rest, "weight_decay": 0.0}]

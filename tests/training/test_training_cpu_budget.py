@@ -61,9 +61,9 @@ def _fake_clock(start: float = 0.0):
 
 
 def test_the_sweep_gives_every_variant_the_same_cpu_budget_and_seed(tmp_path):
-    args = sweep.parse_args(["--cpu-seconds", "900", "--variants", "today,muon", "--seed", "3", "--out", str(tmp_path)])
+    args = sweep.parse_args(["--cpu-seconds", "900", "--variants", "today,muon,muon-lines-bf16", "--seed", "3", "--out", str(tmp_path)])
     parsed = [train.parse_args(sweep.train_flags(sweep.VARIANTS[name], args, tmp_path / name)) for name in args.variants]
-    assert [(a.cpu_budget, a.total_tokens, a.seed) for a in parsed] == [(900.0, 0, 3)] * 2
-    assert [a.optimizer for a in parsed] == ["adamw", "muon"]
+    assert [(a.cpu_budget, a.total_tokens, a.seed) for a in parsed] == [(900.0, 0, 3)] * 3
+    assert [(a.optimizer, a.muon_ns_dtype) for a in parsed] == [("adamw", "float32"), ("muon", "float32"), ("muon", "bfloat16")]
     with pytest.raises(SystemExit):
         sweep.parse_args(["--cpu-seconds", "900", "--tokens", "1000"])

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -57,6 +58,34 @@ def test_muon_lowers_the_loss_of_a_tiny_model():
         opt.zero_grad()
         losses.append(float(out.lm_loss.detach()))
     assert losses[-1] < losses[0] - 0.1
+
+
+def test_newton_schulz_in_bf16_stays_close_to_fp32_and_semi_orthogonal():
+    g = torch.randn(96, 48, generator=torch.Generator().manual_seed(1))
+    exact, low = orthogonalize(g), orthogonalize(g, dtype=torch.bfloat16)
+    assert low.dtype == torch.float32 and low.shape == g.shape
+    assert float((low - exact).norm() / exact.norm()) < 0.05
+    singular = torch.linalg.svdvals(low)
+    assert 0.5 < float(singular.min()) and float(singular.max()) < 1.3
+
+
+def test_muon_with_bf16_newton_schulz_lowers_the_loss_and_rejects_other_dtypes():
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig.tiny(num_nextn_predict_layers=0))
+    init_weights(model)
+    with pytest.raises(ValueError, match="ns_dtype"):
+        MuonAdamW(muon_groups(model, 0.0), lr=3e-3, ns_dtype="float16")
+    opt = MuonAdamW(muon_groups(model, 0.0), lr=3e-3, ns_dtype="bfloat16")
+    ids = torch.randint(0, model.cfg.vocab_size, (2, 33))
+    losses = []
+    for _ in range(6):
+        out = model.forward_train(ids[:, :-1], ids[:, 1:], torch.ones(2, 32), sparse=False, mtp_weight=0.0)
+        out.loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(float(out.lm_loss.detach()))
+    assert losses[-1] < losses[0] - 0.1
+    assert opt.state_dict()["param_groups"][0]["ns_dtype"] == "bfloat16"
 
 
 def test_mtp_stride_scores_only_every_nth_position():
