@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
-from itertools import accumulate
 from dataclasses import dataclass
+from itertools import accumulate
 
 _EOL = re.compile(r"\r\n|\r|\n")
 _ASTRAL = re.compile("[\U00010000-\U0010ffff]")
