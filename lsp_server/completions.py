@@ -90,6 +90,12 @@ class Completions:
         self._notify = notify
         self._background = background
         self._flights: dict[tuple[str, str], InFlight] = {}
+        self._active = 0  # completion requests between arrival and answer
+
+    @property
+    def busy(self) -> bool:
+        """Whether a completion request is being answered (also before it reaches the engine)."""
+        return self._active > 0
 
     async def complete(
         self, uri: str, position: Position, request_id: int | str, channel: str = "inline", automatic: bool = True
@@ -101,6 +107,7 @@ class Completions:
         self._state.cursors.update(uri, position, snapshot.version)
         outcome = "failed"
         record: dict[str, object] = {}
+        self._active += 1
         try:
             async with self._jobs.run(uri, snapshot.version, channel) as job:
                 answer, outcome = await self._answer(job, snapshot, position, request_id, automatic, timing, record, channel)
@@ -118,6 +125,7 @@ class Completions:
             log.warning("completion %s for %s failed: %s", request_id, uri, exc)
             raise
         finally:
+            self._active -= 1
             self._stats.record(
                 RequestRecord(
                     str(request_id), uri, outcome, first_text_s=timing.first_text, total_s=timing.elapsed(), **record  # type: ignore[arg-type]

@@ -281,12 +281,13 @@ class EngineClient:
             self._handle.engine.abort(request_id)
 
     async def warmup(
-        self, texts: list[str], progress: Callable[[float, str], None] | None = None
+        self, texts: list[str], progress: Callable[[float, str], None] | None = None, hold: Callable[[], bool] | None = None
     ) -> WarmupReport:
         """Run the engine's warm-up off the loop; `progress` is called on the loop.
 
         Its forwards are low-priority engine requests: completions made meanwhile run first, and
-        it starts no new one while a completion waits or runs.
+        it starts no new one while a completion waits or runs in the engine, or while `hold()`
+        (called from a worker thread) is true.
         """
         handle = await self.ready()
         loop = asyncio.get_running_loop()
@@ -295,7 +296,7 @@ class EngineClient:
             if progress is not None:
                 _call_soon(loop, progress, fraction, message)
 
-        return await asyncio.to_thread(handle.engine.warmup, texts, on_progress)
+        return await asyncio.to_thread(handle.engine.warmup, texts, on_progress, hold)
 
     def stats(self) -> EngineStats | None:
         return self._handle.engine.stats() if self._handle is not None else None

@@ -7,7 +7,9 @@ completion runs: completions arriving meanwhile wait for it (bounded); then `eng
 representative workspace text (the most-imported definitions and the open files), the stable
 start of each open file's prompt is prefilled, and one completion goes through the whole
 pipeline (prompt builder, engine, post-processing) so the first real completion finds every
-code path and the prompt's stable prefix already warm.
+code path and the prompt's stable prefix already warm. The warm-up holds while a user's
+completion is being answered, also before that one reaches the engine (building its prompt):
+on a restart the first completion is the user's, not the warm-up's.
 Each phase is shown with work-done progress; `glm5/status` says warming -> ready (or error);
 each phase's duration (load, index, store, warmup, and ready since `initialized`) is in
 `glm5.stats` under `startup_ms`.
@@ -45,6 +47,7 @@ log = logging.getLogger(__name__)
 WARMUP_DEFINITIONS = 8
 WARMUP_CHARS = 4000
 PREFILL_FILES = 4
+HOLD_POLL_S = 0.02  # how often a held warm-up looks again
 
 
 def locate_model(ls: Glm5Server) -> str | None:
@@ -170,15 +173,23 @@ async def warm_up(ls: Glm5Server) -> None:
                 work.report(fraction * 0.9, message)
                 send_status(ls, "warming", message, fraction)
 
-            report = await ls.engine.warmup(texts, progress)
+            report = await ls.engine.warmup(texts, progress, hold=lambda: ls.completions.busy)
             log.info("warm-up: %s", report)
             work.report(0.92, "stable context")
+            await _users_done(ls)
             await _prefill_stable_context(ls)
             work.report(0.95, "first completion")
+            await _users_done(ls)
             await _first_completion(ls)
     except Exception as exc:  # warm-up is an optimisation: log and carry on
         log.exception("warm-up failed")
         ls.window_log_message(types.LogMessageParams(type=types.MessageType.Warning, message=f"glm5: warm-up failed: {exc}"))
+
+
+async def _users_done(ls: Glm5Server) -> None:
+    """Wait while a user's completion is being answered: the warm-up must not delay it."""
+    while ls.completions.busy:
+        await asyncio.sleep(HOLD_POLL_S)
 
 
 def warmup_texts(ls: Glm5Server) -> list[str]:

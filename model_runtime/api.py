@@ -239,7 +239,12 @@ class EngineProtocol(Protocol):
 
     def stats(self) -> EngineStats: ...
 
-    def warmup(self, texts: list[str], progress: ProgressCallback | None = None) -> WarmupReport: ...
+    def warmup(
+        self, texts: list[str], progress: ProgressCallback | None = None, hold: Callable[[], bool] | None = None
+    ) -> WarmupReport:
+        """Warm the engine with `texts`; no new warm-up forward starts while `hold()` is true (the
+        caller's users have requests on the way that the engine cannot see yet)."""
+        ...
 
     def prefill(self, prompt_ids: list[int]) -> GenerationResult:
         """Only fill the KV cache with `prompt_ids` (blocks until done; never on the engine thread)."""

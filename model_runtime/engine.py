@@ -155,10 +155,12 @@ class Engine:
             raise box["error"]
         return box["value"]
 
-    def warmup(self, texts: list[str], progress: ProgressCallback | None = None) -> WarmupReport:
+    def warmup(
+        self, texts: list[str], progress: ProgressCallback | None = None, hold: Callable[[], bool] | None = None
+    ) -> WarmupReport:
         from model_runtime.warmup import run_warmup
 
-        return run_warmup(self, texts, progress)
+        return run_warmup(self, texts, progress, hold)
 
     # ---- KV cache tiers (thread-safe) ----------------------------------------------------
     def open_workspace(self, roots: Iterable[str], cache_dir: str | None = None) -> str:

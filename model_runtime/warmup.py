@@ -9,12 +9,15 @@ completions use): user requests submitted meanwhile are admitted first and their
 handled as always; the router hooks are added and removed on the engine thread. Experts picked
 for user requests during warm-up count as hit too (they are warm as well). No new warm-up prompt
 starts while a user's request (priority >= 0) is waiting or running: the warm-up pauses, so the
-user's completion neither shares its steps nor waits behind a warm-up prefill.
+user's completion neither shares its steps nor waits behind a warm-up prefill. The caller's
+`hold` extends that to requests the engine cannot see yet (a language server's completion that is
+still building its prompt): while it returns true, no warm-up prompt starts either.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from model_runtime.api import GenerationRequest, ProgressCallback, SamplingParams, WarmupReport
@@ -41,9 +44,12 @@ def warmup_prompts(engine: Engine, texts: list[str]) -> list[list[int]]:
     return prompts
 
 
-def run_warmup(engine: Engine, texts: list[str], progress: ProgressCallback | None) -> WarmupReport:
+def run_warmup(
+    engine: Engine, texts: list[str], progress: ProgressCallback | None, hold: Callable[[], bool] | None = None
+) -> WarmupReport:
     """Run each warm-up prompt as a low-priority request (from the caller's thread, waiting for
-    each with `engine.run`), counting the experts the routers pick meanwhile."""
+    each with `engine.run`), counting the experts the routers pick meanwhile; each waits while
+    `hold()` is true or a user's request is in the engine."""
     prompts = warmup_prompts(engine, texts)
     start = time.perf_counter()
     gates = [m for m in engine.loaded.model.modules() if isinstance(m, Gate)]
@@ -59,7 +65,7 @@ def run_warmup(engine: Engine, texts: list[str], progress: ProgressCallback | No
     forwards = tokens = 0
     try:
         for i, ids in enumerate(prompts):
-            while engine.call(lambda: _user_waiting(engine)):
+            while (hold is not None and hold()) or engine.call(lambda: _user_waiting(engine)):
                 time.sleep(PAUSE_S)
             request = GenerationRequest(f"warmup-{i}", tuple(ids), SamplingParams(max_tokens=4), priority=-1)
             result = engine.run(request)

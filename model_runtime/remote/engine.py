@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 WARMUP_CHARS = 4000
+HOLD_POLL_S = 0.02  # how often a held warm-up looks again
 
 
 class RemoteEngine:
@@ -126,15 +127,20 @@ class RemoteEngine:
             "remote_errors": self._errors,
         }
 
-    def warmup(self, texts: list[str], progress: ProgressCallback | None = None) -> WarmupReport:
-        """`glm5-serve`: its engine's router warm-up. Others: each text once through the endpoint
-        with one output token, which warms its prefix cache."""
+    def warmup(
+        self, texts: list[str], progress: ProgressCallback | None = None, hold: Callable[[], bool] | None = None
+    ) -> WarmupReport:
+        """`glm5-serve`: its engine's router warm-up (whose engine puts users' requests first).
+        Others: each text once through the endpoint with one output token, which warms its prefix
+        cache; none is sent while `hold()` is true."""
         start = time.perf_counter()
         if self.card is not None and self.card.is_glm5_daemon:
             body = self.call(self._post("/glm5/warmup", {"texts": texts}), timeout=max(60.0, self.config.timeout_ms / 1000))
             return WarmupReport(**{k: body[k] for k in WarmupReport.__dataclass_fields__})
         tokens = 0
         for i, text in enumerate(texts):
+            while hold is not None and hold():
+                time.sleep(HOLD_POLL_S)
             tokens += self.call(self._one(text[:WARMUP_CHARS])).prompt_tokens
             if progress is not None:
                 progress((i + 1) / len(texts), f"warming the remote prefix cache {i + 1}/{len(texts)}")

@@ -10,6 +10,7 @@ whole prompt as cached, one submitted before reports it all as prefilled.
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
@@ -41,6 +42,7 @@ def byte_tokenizer() -> GlmTokenizer:
     return GlmTokenizer(tok, SpecialTokens(**ids, eos_ids=(ids["endoftext"],)), source="bytes")
 
 
+log = logging.getLogger(__name__)
 Script = Callable[[GenerationRequest], str]
 
 
@@ -90,8 +92,14 @@ class FakeEngine:
         with self._lock:
             return EngineStats(**self._stats)
 
-    def warmup(self, texts, progress=None) -> WarmupReport:
+    def warmup(self, texts, progress=None, hold=None) -> WarmupReport:
+        """One step per text, each after `hold()` lets go; logs how many requests were in flight
+        when each began (a test checks the warm-up never ran beside a completion)."""
         for i, _ in enumerate(texts):
+            while hold is not None and hold():
+                time.sleep(0.005)
+            log.info("fake warm-up forward %d with %d requests in flight", i, len(self._running) + self._inbox.qsize())
+            time.sleep(self.step_s)
             if progress is not None:
                 progress((i + 1) / len(texts), f"warm-up {i + 1}/{len(texts)}")
         tokens = sum(len(self.tokenizer.encode(t)) for t in texts)

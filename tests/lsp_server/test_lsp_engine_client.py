@@ -196,7 +196,7 @@ async def test_a_request_aborted_during_warm_up_does_not_generate_in_full():
     release = threading.Event()
     warmed: list[str] = []
 
-    def slow_warmup(texts, progress=None):
+    def slow_warmup(texts, progress=None, hold=None):
         release.wait(10)
         warmed.extend(texts)
         return WarmupReport(len(texts), 0, 0, 0, 0.0)

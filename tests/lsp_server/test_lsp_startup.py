@@ -87,3 +87,32 @@ async def test_a_completion_during_start_up_waits_for_the_persisted_kv_store(tmp
         assert phases["store"] >= 1000 and phases["load"] >= 150  # the fake's sleeps, measured
     finally:
         assert await session.stop() == 0
+
+
+async def test_the_warm_up_holds_while_the_first_completion_builds_its_prompt(tmp_path):
+    """The first completion after start-up runs before any warm-up forward, also while it is
+    still building its prompt outside the engine (its large parse held by a gate): the warm-up
+    waits for the server's completions, not only for requests the engine can see."""
+    gate = tmp_path.parent / f"{tmp_path.name}.parse-gate"
+    log = tmp_path.parent / f"{tmp_path.name}.log"
+    session = await _start(tmp_path, load_s=0.2, parse_gate=str(gate), text="42")
+    try:
+        big = "def f():\n    pass\n" * 60_000 + "answer = "
+        uri = session.open(tmp_path / "big.py", big)  # not on disk: the index never parses it
+        lines = big.split("\n")
+        completion = asyncio.ensure_future(session.inline(uri, len(lines) - 1, len(lines[-1])))
+        for _ in range(600):
+            if {"load", "index", "store"} <= set((await session.stats())["startup_ms"]):
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)  # time enough for a warm-up that did not hold
+        assert not completion.done() and "fake warm-up forward" not in log.read_text()
+        gate.touch()
+        answer = await asyncio.wait_for(completion, 60)
+        assert [item.insert_text for item in answer.items] == ["42"]
+        await session.wait_ready()
+        forwards = [line for line in log.read_text().splitlines() if "fake warm-up forward" in line]
+        assert forwards and all(line.endswith("with 0 requests in flight") for line in forwards)
+    finally:
+        gate.touch()
+        assert await session.stop() == 0

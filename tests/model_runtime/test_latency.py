@@ -72,3 +72,20 @@ def test_the_warm_up_pauses_while_a_completion_waits(tiny):
         assert report.forwards >= 3  # paused, not abandoned
     finally:
         engine.shutdown()
+
+
+def test_the_warm_up_starts_nothing_while_its_caller_holds_it(tiny):
+    engine = Engine(tiny, EngineConfig(block_size=16, max_cache_tokens=1024)).start()
+    try:
+        submitted_while_held: list[int] = []
+
+        def hold() -> bool:  # held for its first 5 looks (a language server's completion building its prompt)
+            submitted_while_held.append(engine.stats().requests_submitted)
+            return len(submitted_while_held) <= 5
+
+        report = engine.warmup(["def f(x):\n    return x\n"] * 2, None, hold)
+        assert submitted_while_held[:5] == [0] * 5  # nothing ran while held
+        assert len(submitted_while_held) > 5  # let go, then looked again before each later prompt
+        assert report.forwards >= 2 and engine.stats().requests_submitted >= 2
+    finally:
+        engine.shutdown()
