@@ -227,7 +227,7 @@ class PyRules:
         word, kind = s.word, s.kind
         if kind == NUMBER:
             return s._replace(word="", kind=NONE, operand=True, dangling=False, last=None, dot=False), ""
-        if ch in "'\"" and word.lower() in STRING_PREFIXES:
+        if ch in "'\"" and word.lower() in STRING_PREFIXES and not s.dot:  # `math.f"` opens no string
             return s._replace(word="", kind=NONE, operand=False, last=None, dot=False), ""
         expression = word in EXPR_KEYWORDS or FOLLOWERS.get(s.after) == word
         keyword = kind in (PENDING, BIND, FREE) or (kind == USE and expression) or (kind == CONT and word in CONT_KEYWORDS)

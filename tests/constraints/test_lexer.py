@@ -83,6 +83,16 @@ def test_without_defined_names_identifiers_are_free_but_members_are_not():
     assert rules.step(state, "c") == (None, "member")
 
 
+def test_a_member_that_starts_like_a_string_prefix_opens_no_string():
+    rules = PyRules(NAMES, {"math": ("floor", "sqrt")}, single_line=False)
+    state = LexState()
+    for ch in "x = math.f":
+        state, why = rules.step(state, ch)
+        assert state is not None, why
+    assert rules.step(state, '"') == (None, "member")  # `math.f"..."` is no member access
+    assert rules.step(state, "l")[0] is not None
+
+
 @pytest.mark.parametrize("text, can_end", [
     ("x = ", "line"), ("x = points +", "line"), ("x = not", "line"), ("x = points", ""),
     ("from os import *", ""), ("return", ""), ("if points:", ""),
