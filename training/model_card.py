@@ -169,21 +169,34 @@ METRICS = (("humaneval", "pass_at_1", "HumanEval pass@1"), ("humaneval", "exact_
 
 
 def comparison(results: list[dict]) -> list[str]:
-    """One plain sentence per metric: the model against the best baseline, whichever wins."""
+    """Plain sentences: the first model against the best baseline per metric, then against any other model."""
     models = [r for r in results if _is_model(r)]
     baselines = [r for r in results if not _is_model(r)]
-    if len(models) != 1 or not baselines:
+    if not models:
         return []
-    lines = []
+    mine, lines = models[0], []
     for task, key, label in METRICS:
         scored = [(r[task][key], r["completer"]) for r in baselines if task in r]
-        if task not in models[0] or not scored:
+        if task not in mine or not scored:
             continue
         best, name = max(scored)
-        mine = models[0][task][key]
-        verdict = "above" if mine > best else "below" if mine < best else "equal to"
-        lines.append(f"- {label}: the model scores {mine:.1%}, {verdict} the best baseline ({name}, {best:.1%}).")
+        value = mine[task][key]
+        verdict = "above" if value > best else "below" if value < best else "equal to"
+        lines.append(f"- {label}: the model scores {value:.1%}, {verdict} the best baseline ({name}, {best:.1%}).")
+    lines += [_against_model(mine, other) for other in models[1:]]
     return ["\n".join(lines)] if lines else []
+
+
+def _against_model(mine: dict, other: dict) -> str:
+    """One sentence: `mine` against another model evaluated on the same holes and windows."""
+    parts = [f"{label} {mine[task][key]:.1%} against {other[task][key]:.1%}"
+             for task, key, label in METRICS if task in mine and task in other]
+    loss, base = mine.get("heldout", {}).get("loss"), other.get("heldout", {}).get("loss")
+    if loss and base:
+        change = loss["nats_per_token"] / base["nats_per_token"] - 1
+        parts.insert(0, f"held-out loss {loss['nats_per_token']:.3f} against {base['nats_per_token']:.3f} "
+                        f"nats/token ({change:+.1%})")
+    return f"- Against model ({Path(other['completer']).name}), on the same holes: " + "; ".join(parts) + "."
 
 
 def render(manifest: dict, tokens: dict[str, int] | None, summary: dict, shards: dict, results: list[dict], config: dict,

@@ -52,12 +52,15 @@ def test_model_card_records_licences_training_and_scores(straight_run, manifest_
                 "heldout": {"holes": 8, "exact_match": 0.5}}
     model = {"completer": "runs/demo/export", "humaneval": {"holes": 1033, "pass_at_1": 0.125, "exact_match": 0.125},
              "heldout": {"holes": 8, "exact_match": 0.625, "loss": {"nats_per_token": 2.5, "bits_per_byte": 1.25}}}
+    base = {"completer": "model_runtime/default_model", "humaneval": {"holes": 1033, "pass_at_1": 0.0625, "exact_match": 0.0},
+            "heldout": {"holes": 8, "exact_match": 0.25, "loss": {"nats_per_token": 3.125, "bits_per_byte": 1.5}}}
     (tmp_path / "baseline.json").write_text(json.dumps(baseline))
     (tmp_path / "model.json").write_text(json.dumps(model))
+    (tmp_path / "base.json").write_text(json.dumps(base))
     out = tmp_path / "MODEL_CARD.md"
     assert model_card.main([
         "--run-dir", str(straight_run), "--manifest", str(manifest_path), "--shards", str(shards / "train"),
-        "--eval", str(tmp_path / "model.json"), str(tmp_path / "baseline.json"), "--out", str(out),
+        "--eval", str(tmp_path / "model.json"), str(tmp_path / "baseline.json"), str(tmp_path / "base.json"), "--out", str(out),
     ]) == 0
     card = out.read_text()
     summary = json.loads((straight_run / "training.json").read_text())
@@ -69,6 +72,9 @@ def test_model_card_records_licences_training_and_scores(straight_run, manifest_
     assert "HumanEval pass@1: the model scores 12.5%, below the best baseline (similar-line, 25.0%)" in card
     assert "HumanEval exact match: the model scores 12.5%, equal to the best baseline" in card
     assert "held-out exact match: the model scores 62.5%, above the best baseline" in card
+    assert "| model (default_model) | 6.2% | 0.0% | 25.0% | 3.125 / 1.500 |" in card
+    assert ("Against model (default_model), on the same holes: held-out loss 2.500 against 3.125 nats/token (-20.0%); "
+            "HumanEval pass@1 12.5% against 6.2%") in card
     assert "glm_moe_dsa" in card and "index_topk" in card
 
 
