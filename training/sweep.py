@@ -125,7 +125,7 @@ def table(results: list[dict], reference: dict | None) -> str:
     base = next((r for r in results if r["variant"] == "today"), None)
     lines = ["| variant | recipe | tokens | CPU s | held-out loss (nats/token) | vs today | bits/byte | held-out exact | "
              "training-mix held-out loss | median tok/s |", "|---|---|---|---|---|---|---|---|---|---|"]
-    rows = ([{"variant": "shipped model", "about": "today's embedded model (9.3M tokens)", **reference}] if reference else []) + results
+    rows = ([{"variant": "shipped model", "about": "today's embedded model", **reference}] if reference else []) + results
     for r in rows:
         delta = f"{(r['heldout_loss'] / base['heldout_loss'] - 1) * 100:+.1f}%" if base and r.get("tokens") else "-"
         mix = f"{r['train_mix_heldout_loss']:.3f}" if r.get("train_mix_heldout_loss") else "-"

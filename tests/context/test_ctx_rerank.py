@@ -54,7 +54,9 @@ def test_repeats_the_next_line(site) -> None:
 def test_the_shipped_weights_load_and_match_the_features() -> None:
     reranker = load_reranker()
     assert len(reranker.weights) == len(FEATURES)
-    assert 0.0 < reranker.threshold < 1.0
+    assert 0.0 < reranker.threshold <= 1.0
+    if reranker.threshold == 1.0:  # the fit found no threshold worth showing at: it must say it showed nothing
+        assert reranker.meta["tuning"]["show_rate"] == 0.0
     assert reranker.meta["items"] > 0 and reranker.meta["packages"]
 
 
