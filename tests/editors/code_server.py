@@ -264,6 +264,19 @@ class Workbench:
             time.sleep(poll_s)
         raise AssertionError(f"ghost text never matched; seen: {self.observed()['ghost']}")
 
+    def wait_ghost_settled(self, timeout_s: float = 10, quiet_s: float = 0.5) -> str:
+        """The ghost text once it is non-empty and unchanged for `quiet_s` (the last streamed update drawn)."""
+        deadline = time.monotonic() + timeout_s
+        text, since = self.ghost_text(), time.monotonic()
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            now = self.ghost_text()
+            if now != text:
+                text, since = now, time.monotonic()
+            elif text and time.monotonic() - since >= quiet_s:
+                return text
+        raise AssertionError(f"ghost text never settled; seen: {self.observed()['ghost']}")
+
 
 
 @contextmanager

@@ -210,7 +210,7 @@ def test_real_server_ghost_text_and_attention_heat_map(code_server_module, tmp_p
             bench.page.keyboard.type("rectangle_", delay=30)
             bench.wait_ghost(bool, timeout_s=60)
             bench.wait_until(lambda: bench.observed()["status"][-1].startswith("check"), "the completion finished")
-            shown = bench.wait_ghost(bool, timeout_s=10)
+            shown = bench.wait_ghost_settled(timeout_s=10)
             save_capture(bench.page, tmp_path, "vscode-ghost-text.png")
             bench.page.keyboard.press("Tab")
             bench.wait_ghost(lambda text: text == "", timeout_s=10)
