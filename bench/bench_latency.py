@@ -5,7 +5,8 @@ the editor, and the pauses while typing.
    right after `initialized`; timed from `initialized` to the answer's arrival (also from the
    server's spawn, which adds the interpreter, pygls and the handshake). A cold start (empty KV cache
    directory) against a restart with the cache the cold run persisted, per model: the embedded
-   model and a mid-size random GLM-5 checkpoint (`bench_runtime`'s "mid"). Also: the completion's
+   model and a mid-size random GLM-5 checkpoint (`bench_runtime`'s "mid", with the embedded model's
+   BPE tokenizer; "mid-test" is the same weights with the tests' byte-like tokenizer). Also: the completion's
    prompt / cached tokens and the start-up phases from `glm5.stats`. `--prompt-tokens` raises the
    server's prompt budget (the issue's ~12 s cold start on the mid model needs ~4k tokens here).
 2. typing: a span of an unseen file (not in the workspace, fresh KV cache) typed back; at each
@@ -42,28 +43,35 @@ STARTUP_FILE = REPO / "model_runtime" / "engine.py"
 TYPING_FILE = REPO / "lsp_server" / "completions.py"
 
 
-def mid_checkpoint() -> str:
-    """`bench_runtime`'s mid-size config, random weights, with a test tokenizer (built once)."""
-    path = Path(tempfile.gettempdir()) / "glm5-bench-mid"
+def mid_checkpoint(tokenizer: str = "bpe") -> str:
+    """`bench_runtime`'s mid-size config, random weights (built once), with the embedded model's
+    trained 8,192-token BPE ("bpe": about 3.5 characters of code per token, nearer a real GLM-5
+    tokenizer) or the tests' little BPE ("test": 410 tokens, about one per character; what this
+    benchmark used before 2026-12-02 evening)."""
+    if tokenizer not in ("bpe", "test"):
+        raise ValueError(f"mid tokenizer: expected bpe or test, got {tokenizer!r}")
+    path = Path(tempfile.gettempdir()) / ("glm5-bench-mid" if tokenizer == "test" else "glm5-bench-mid-bpe")
     if not (path / "config.json").is_file():
         from bench_runtime import SIZES
 
+        from model_runtime.embedded import DEFAULT_MODEL_DIR
         from model_runtime.testing import make_tiny_checkpoint
 
-        make_tiny_checkpoint(path, SIZES["mid"].replace(max_position_embeddings=8192))
+        source = DEFAULT_MODEL_DIR if tokenizer == "bpe" else None
+        make_tiny_checkpoint(path, SIZES["mid"].replace(max_position_embeddings=8192), tokenizer_dir=source)
     return str(path)
 
 
 def model_dir(name: str) -> str:
-    if name == "mid":
-        return mid_checkpoint()
+    if name in ("mid", "mid-test"):
+        return mid_checkpoint("bpe" if name == "mid" else "test")
     from model_runtime.embedded import DEFAULT_MODEL_DIR
 
     return str(DEFAULT_MODEL_DIR) if name == "embedded" else name
 
 
 async def _stats(client) -> dict:
-    return await client.workspace_execute_command_async(types.ExecuteCommandParams(command="glm5.stats", arguments=[{"recent": 50}]))
+    return await client.workspace_execute_command_async(types.ExecuteCommandParams(command="glm5.stats", arguments=[{"recent": 500}]))
 
 
 # ---- 1. first completion after start-up -----------------------------------------------------
@@ -104,6 +112,7 @@ async def startup_table(models: list[str], path: Path, logs: Path, prompt_tokens
     print("| model | run | first completion ms | vs cold | after the model loaded ms | vs cold | from spawn ms | prompt | cached | cached % | load ms | index ms | store ms | warm-up ms |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     spread: list[str] = []
+    phase_rows: list[tuple[str, dict]] = []
     for name in models:
         pairs = []
         for i in range(repeats):
@@ -113,6 +122,7 @@ async def startup_table(models: list[str], path: Path, logs: Path, prompt_tokens
         cold, warm = sorted(pairs, key=lambda p: p[1]["ms"])[len(pairs) // 2]
         cold_after = cold["ms"] - cold["phases"].get("load", 0)
         for label, run in (("cold start (empty cache)", cold), ("restart, cache on disk", warm)):
+            phase_rows.append((name, {**run, "label": label}))
             phases = run["phases"]
             after = run["ms"] - phases.get("load", 0)  # the load starts at `initialized`
             share = 100 * run.get("cached_tokens", 0) / max(1, run.get("prompt_tokens", 0))
@@ -122,6 +132,13 @@ async def startup_table(models: list[str], path: Path, logs: Path, prompt_tokens
         spread.append(f"{name}: cold " + ", ".join(f"{c['ms']:,.0f}" for c, _ in pairs) + " ms; restart "
                       + ", ".join(f"{w['ms']:,.0f}" for _, w in pairs) + " ms")
     print("\nevery pair, first completion from `initialized`: " + "; ".join(spread))
+    print("\nthe shown pairs' first completions, phase by phase (ms; `glm5.stats` recent records): prompt = building the prompt, "
+          "plan = site, constraint and retrieval, generate = the engine's prefill and decode, settle = scoring the candidates and deciding")
+    print("| model | run | prompt | plan | generate | settle | decode steps | generated tokens |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, run in phase_rows:
+        print(f"| {name} | {run['label']} | {1000 * (run.get('prepare_s', 0) - run.get('plan_s', 0)):,.0f} | {1000 * run.get('plan_s', 0):,.0f} | "
+              f"{1000 * run.get('generate_s', 0):,.0f} | {1000 * run.get('settle_s', 0):,.0f} | {run.get('decode_steps', '-')} | {run.get('generated_tokens', '-')} |")
 
 
 # ---- 2. typing with a request at each pause -------------------------------------------------
@@ -152,7 +169,7 @@ async def typing_run(model: str, rec, settings: dict, log: Path) -> dict[str, li
     client, notes = await start_server(model, root, True, 96, log, None, env)
     if settings:
         client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"glm5": settings}))
-    out: dict[str, list[float]] = {"first": [], "final": [], "shown": [], "steps": [], "tokens": []}
+    out: dict[str, list[float]] = {"first": [], "final": [], "shown": [], "steps": [], "tokens": [], "generate": [], "settle": []}
     try:
         uri = _open(client, rec, rec.initial_text)
         line, character, version = *rec.start, 1
@@ -178,6 +195,8 @@ async def typing_run(model: str, rec, settings: dict, log: Path) -> dict[str, li
             if record["outcome"] in ("answered", "empty") and record["prompt_tokens"]:
                 out["steps"].append(record["decode_steps"])
                 out["tokens"].append(record["generated_tokens"])
+                out["generate"].append(record["generate_s"])
+                out["settle"].append(record["settle_s"])
     finally:
         await stop_server(client)
     return out
@@ -191,8 +210,8 @@ async def typing_table(model_name: str, path: Path, chars: int, logs: Path, vari
         rec = record_session(unseen, chars, 0.0, 0.0)
         pauses = sum(1 for c in typed_chunks("".join(c for _, c in rec.keystrokes)) if c[0] in PAUSES)
         print(f"\ntyping {chars} characters into {path.name} (unseen), {model_name} model: a request at each of {pauses} pauses, each awaited")
-        print("| pipeline | requests | first text p50 ms | first text p95 ms | final p50 ms | final p95 ms | with text | their final p50 ms | their final p95 ms | decode steps (mean) | tokens (mean) |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        print("| pipeline | requests | first text p50 ms | first text p95 ms | final p50 ms | final p95 ms | with text | their final p50 ms | their final p95 ms | decode steps (mean) | tokens (mean) | generate p50 ms | settle p50 ms |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for i, (label, settings) in enumerate(TYPING_VARIANTS):
             if variants and label not in variants:
                 continue
@@ -201,7 +220,8 @@ async def typing_table(model_name: str, path: Path, chars: int, logs: Path, vari
             print(f"| {label} | {len(final)} | {pct(first, .5) * 1000:,.1f} | {pct(first, .95) * 1000:,.1f} | "
                   f"{pct(final, .5) * 1000:,.1f} | {pct(final, .95) * 1000:,.1f} | {len(run['shown'])} | "
                   f"{pct(shown, .5) * 1000:,.1f} | {pct(shown, .95) * 1000:,.1f} | "
-                  f"{statistics.mean(run['steps'] or [0]):.1f} | {statistics.mean(run['tokens'] or [0]):.1f} |")
+                  f"{statistics.mean(run['steps'] or [0]):.1f} | {statistics.mean(run['tokens'] or [0]):.1f} | "
+                  f"{pct(run['generate'] or [0.0], .5) * 1000:,.1f} | {pct(run['settle'] or [0.0], .5) * 1000:,.1f} |")
 
 
 async def main_async(args: argparse.Namespace) -> None:
@@ -218,7 +238,7 @@ async def main_async(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tables", default="startup,typing")
-    parser.add_argument("--models", default="embedded,mid", help="startup table: embedded, mid or checkpoint directories")
+    parser.add_argument("--models", default="embedded,mid", help="startup table: embedded, mid, mid-test or checkpoint directories")
     parser.add_argument("--startup-file", default=str(STARTUP_FILE))
     parser.add_argument("--prompt-tokens", type=int, default=None, help="startup table: the server's promptTokens (default: its own)")
     parser.add_argument("--repeats", type=int, default=1, help="startup table: cold/restart pairs per model (the median restart's pair is shown)")

@@ -181,18 +181,19 @@ class Completions:
         if prepared.prompt is None:
             return Answer("", job.trace_id, position, snapshot.version), "empty"
         log.debug("%s: %s at %s, %d prompt tokens", job.trace_id, prepared.kind.value, position, len(prepared.prompt.ids))
+        planning = time.perf_counter()
         plan = await asyncio.to_thread(  # the site and retrieval scan whole files: off the loop too
             candidates.make_plan, prepared, settings, handle.tokenizer, self._state.index,
             self._state.open_snapshots(exclude=snapshot.uri), engine.can_score,
         )
-        record.update(prepare_s=time.perf_counter() - started)
+        record.update(prepare_s=time.perf_counter() - started, plan_s=time.perf_counter() - planning)
         flight = self._launch(key, snapshot, offset, prepared, (plan, handle.tokenizer), job.trace_id, before, after)
         text = await self._follow(flight, "", job, request_id, timing)
         result = flight.done.result()
         record.update(
             prompt_tokens=result.prompt_tokens, cached_tokens=result.cached_tokens,
             prefilled_tokens=result.prefilled_tokens, decode_steps=result.decode_steps,
-            generated_tokens=len(result.token_ids),
+            generated_tokens=len(result.token_ids), generate_s=flight.generate_s, settle_s=flight.settle_s,
         )
         self._check_version(snapshot)
         return Answer(text, job.trace_id, position, snapshot.version), "answered" if text else "empty"
@@ -223,11 +224,15 @@ class Completions:
 
         async def run() -> None:
             try:
+                began = time.perf_counter()
                 result = await engine.generate(plan.request(request_id, prepared.sampling), on_raw)
+                flight.generate_s = time.perf_counter() - began
                 if result.finish_reason is FinishReason.ABORT:
                     text = "" if plan.gated else pipeline.finish(prepared, result.text)
                 else:
+                    settling = time.perf_counter()
                     text = (await candidates.settle(engine, plan, prepared, result, tokenizer)).text
+                    flight.settle_s = time.perf_counter() - settling
             except BaseException as exc:
                 flight.done.set_exception(exc)
                 raise

@@ -37,6 +37,8 @@ class InFlight:
     done: asyncio.Future[GenerationResult]
     streamed: str = ""  # post-processed text so far
     listeners: list[Callable[[str], None]] = field(default_factory=list)
+    generate_s: float = 0.0  # the engine's generation (prefill and decode), as the server waited for it
+    settle_s: float = 0.0  # scoring the candidates and deciding (0 when nothing was scored)
 
     def publish(self, text: str) -> None:
         self.streamed = text

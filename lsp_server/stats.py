@@ -28,7 +28,10 @@ class RequestRecord:
     kind: str = ""  # empty | single_line | multi_line
     first_text_s: float | None = None  # request received -> first streamed text
     total_s: float = 0.0  # request received -> answer
-    prepare_s: float = 0.0  # building the prompt (snippets, budget, tokenizing)
+    prepare_s: float = 0.0  # building the prompt (snippets, budget, tokenizing) and the plan
+    plan_s: float = 0.0  # of which the plan: the cursor's site, the constraint, retrieval
+    generate_s: float = 0.0  # the engine's generation: prefill and decode of every candidate
+    settle_s: float = 0.0  # scoring the candidates in one forward, reranking, deciding
     prompt_tokens: int = 0
     cached_tokens: int = 0
     prefilled_tokens: int = 0

@@ -91,13 +91,18 @@ def random_model(cfg: ModelConfig, seed: int = 0, perturb: bool = True) -> Trans
 
 
 def make_tiny_checkpoint(
-    path: str | Path, cfg: ModelConfig | None = None, seed: int = 0, dtype: torch.dtype = torch.float32
+    path: str | Path, cfg: ModelConfig | None = None, seed: int = 0, dtype: torch.dtype = torch.float32,
+    tokenizer_dir: str | Path | None = None,
 ) -> Path:
-    """Write a random tiny GLM-5 checkpoint with a tokenizer whose ids all fit the vocabulary."""
+    """Write a random tiny GLM-5 checkpoint with a tokenizer whose ids all fit the vocabulary:
+    a little BPE trained here (a few hundred tokens, about one per character of code), or the
+    trained tokenizer in `tokenizer_dir` (its vocabulary must fit `cfg.vocab_size`)."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     cfg = cfg or ModelConfig.tiny()
-    tok = train_tiny_tokenizer(cfg.vocab_size)
+    tok = train_tiny_tokenizer(cfg.vocab_size) if tokenizer_dir is None else Tokenizer.from_file(str(Path(tokenizer_dir) / "tokenizer.json"))
+    if tok.get_vocab_size() > cfg.vocab_size:
+        raise ValueError(f"the tokenizer has {tok.get_vocab_size()} tokens, more than the model's vocab_size {cfg.vocab_size}")
     eos = tok.token_to_id("<|endoftext|>")
     cfg = cfg.replace(eos_token_id=(eos,), pad_token_id=eos)
     save_checkpoint(random_model(cfg, seed), cfg, path, dtype=dtype)

@@ -11,7 +11,8 @@ environment variable GLM5_FAKE, a JSON object:
     fail     make loading fail with this message
     no_model start without any model (no --model, no embedded default)
     scores   [[substring, logprob per token], ...]: the engine also scores continuations
-             (`scoring_fakes.ScoringFakeEngine`; `score_default` for the rest, default -5.0)
+             (`scoring_fakes.ScoringFakeEngine`; `score_default` for the rest, default -5.0;
+             `score_s` seconds each scoring call takes, default 0.0)
     watcher_fails  the file watcher's start raises (as on a vanished root or the inotify limit)
     stats_gate     a path: the engine's cache_stats blocks until that file exists (at most 60 s)
     parse_gate     a path: a tree-sitter parse of over 500,000 bytes blocks until that file exists
@@ -58,7 +59,9 @@ def main() -> None:
         step_s, store_s = config.get("step_s", 0.0), config.get("store_s", 0.0)
         if "scores" in config:
             rules = [(needle, float(lp)) for needle, lp in config["scores"]]
-            engine = ScoringFakeEngine(tokenizer, script, rules, float(config.get("score_default", -5.0)), step_s, store_s)
+            engine = ScoringFakeEngine(
+                tokenizer, script, rules, float(config.get("score_default", -5.0)), step_s, store_s, float(config.get("score_s", 0.0))
+            )
         else:
             engine = FakeEngine(tokenizer, script, step_s=step_s, store_s=store_s)
         if config.get("stats_gate"):

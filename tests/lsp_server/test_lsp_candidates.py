@@ -8,6 +8,7 @@ candidate is likely, and today's behaviour when the components are off or the en
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -93,5 +94,28 @@ async def test_an_engine_that_cannot_score_shows_the_models_text(tmp_path: Path)
         assert _texts(await session.inline(uri, 4, 13)) == [MODEL]
         explained = await session.command("glm5.explainContext", {"uri": uri, "position": {"line": 4, "character": 13}})
         assert explained["scored"] is False and explained["completion"] == MODEL
+    finally:
+        assert await session.stop() == 0
+
+
+async def test_stats_break_a_completion_into_its_phases(tmp_path: Path) -> None:
+    """`glm5.stats` records where one completion's time went: the engine's generation (4 decode
+    steps of 50 ms here) apart from scoring and deciding (a 300 ms scoring call)."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "geometry.py").write_text(GEOMETRY)
+    fake = {"text": MODEL, "scores": [["centroid(points)", LIKELY]], "score_default": UNLIKELY, "step_s": 0.05, "score_s": 0.3}
+    session = await Session.start_fake(root, fake, {"debounceMs": 0, "abstain": False})
+    try:
+        await session.wait_ready()
+        uri = session.create("app.py", APP)
+        answer = await asyncio.wrap_future(session.inline_request(uri, 4, 13, msg_id="phased"))
+        assert _texts(answer) == ["centroid(points)"]
+        record = next(r for r in (await session.stats(recent=5))["recent"] if r["request_id"] == "phased")
+        assert record["decode_steps"] >= len(MODEL)
+        assert record["generate_s"] >= 0.05 * len(MODEL)
+        assert 0.3 <= record["settle_s"] < record["total_s"]
+        assert 0 < record["plan_s"] <= record["prepare_s"]
+        assert record["prepare_s"] + record["generate_s"] + record["settle_s"] <= record["total_s"]
     finally:
         assert await session.stop() == 0

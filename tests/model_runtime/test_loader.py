@@ -173,3 +173,23 @@ def test_bfloat16_runtime_dtype(tiny_ckpt, tiny):
     short = torch.arange(20, 26)  # dense regime: bf16 rounding cannot flip a top-k choice
     ref = tiny.logits(short)
     assert ((bf.logits(short).float() - ref).norm() / ref.norm()) < 0.03
+
+
+def test_a_random_checkpoint_can_carry_a_trained_tokenizer(tmp_path):
+    """The benchmarks' mid checkpoint takes the embedded model's BPE: its end token becomes the
+    checkpoint's, it loads, and a tokenizer larger than the vocabulary is refused by name."""
+    from model_runtime.config import ModelConfig
+    from model_runtime.embedded import DEFAULT_MODEL_DIR
+    from model_runtime.testing import make_tiny_checkpoint
+
+    cfg = ModelConfig.tiny(vocab_size=8192, num_nextn_predict_layers=0)
+    path = make_tiny_checkpoint(tmp_path / "bpe", cfg, tokenizer_dir=DEFAULT_MODEL_DIR)
+    shipped = json.loads((DEFAULT_MODEL_DIR / "config.json").read_text())["eos_token_id"]
+    assert json.loads((path / "config.json").read_text())["eos_token_id"] == shipped
+    loaded = load_model(path)
+    text = "def centroid(points):\n    return sum(points) / len(points)\n"
+    ids = loaded.tokenizer.encode(text)
+    assert len(ids) < len(text) / 2  # a trained BPE, not the byte-like test tokenizer
+    assert loaded.tokenizer.decode(ids) == text
+    with pytest.raises(ValueError, match="more than the model's vocab_size 4096"):
+        make_tiny_checkpoint(tmp_path / "small", ModelConfig.tiny(vocab_size=4096), tokenizer_dir=DEFAULT_MODEL_DIR)
