@@ -55,6 +55,10 @@ VARIANTS = {v.name: v for v in (
     Variant("muon-lines", "fast + Muon + line-level FIM", (*FAST, "--optimizer", "muon"), DEFAULT_SHARDS / "train-lines"),
     Variant("muon-lines-bf16", "muon-lines with Newton-Schulz in bf16", (*FAST, "--optimizer", "muon", "--muon-ns-dtype", "bfloat16"),
             DEFAULT_SHARDS / "train-lines"),
+    Variant("muon-lines-bf16-b2", "muon-lines-bf16 with 2 rows per step (twice the optimizer steps)",
+            (*FAST, "--optimizer", "muon", "--muon-ns-dtype", "bfloat16", "--batch-size", "2"), DEFAULT_SHARDS / "train-lines"),
+    Variant("muon-lines-bf16-lr6e-3", "muon-lines-bf16 with peak learning rate 6e-3",
+            (*FAST, "--optimizer", "muon", "--muon-ns-dtype", "bfloat16", "--lr", "6e-3"), DEFAULT_SHARDS / "train-lines"),
 )}
 
 

@@ -67,3 +67,14 @@ def test_the_sweep_gives_every_variant_the_same_cpu_budget_and_seed(tmp_path):
     assert [(a.optimizer, a.muon_ns_dtype) for a in parsed] == [("adamw", "float32"), ("muon", "float32"), ("muon", "bfloat16")]
     with pytest.raises(SystemExit):
         sweep.parse_args(["--cpu-seconds", "900", "--tokens", "1000"])
+
+
+def test_a_variants_own_flags_override_the_sweeps_shared_ones(tmp_path):
+    """The batch-size and learning-rate variants change exactly that flag: the sweep's shared
+    `--batch-size 4` and default peak rate hold for the others."""
+    names = "muon-lines-bf16,muon-lines-bf16-b2,muon-lines-bf16-lr6e-3"
+    args = sweep.parse_args(["--cpu-seconds", "1200", "--variants", names, "--batch-size", "4", "--out", str(tmp_path)])
+    parsed = [train.parse_args(sweep.train_flags(sweep.VARIANTS[name], args, tmp_path / name)) for name in args.variants]
+    assert [(a.batch_size, a.lr) for a in parsed] == [(4, 3e-3), (2, 3e-3), (4, 6e-3)]
+    assert {(a.optimizer, a.muon_ns_dtype, a.cpu_budget) for a in parsed} == {("muon", "bfloat16", 1200.0)}
+    assert len({str(sweep.VARIANTS[name].train_data) for name in args.variants}) == 1  # all line-level FIM
