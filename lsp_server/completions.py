@@ -186,7 +186,8 @@ class Completions:
             candidates.make_plan, prepared, settings, handle.tokenizer, self._state.index,
             self._state.open_snapshots(exclude=snapshot.uri), engine.can_score,
         )
-        record.update(prepare_s=time.perf_counter() - started, plan_s=time.perf_counter() - planning)
+        plan_done = time.perf_counter()
+        record.update(prepare_s=plan_done - started, plan_s=plan_done - planning)
         flight = self._launch(key, snapshot, offset, prepared, (plan, handle.tokenizer), job.trace_id, before, after)
         text = await self._follow(flight, "", job, request_id, timing)
         result = flight.done.result()

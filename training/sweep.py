@@ -46,6 +46,7 @@ class Variant:
 
 
 FAST = ("--indexer-every", "4", "--mtp-stride", "4")
+MUON_BF16 = (*FAST, "--optimizer", "muon", "--muon-ns-dtype", "bfloat16")
 VARIANTS = {v.name: v for v in (
     Variant("today", "today's recipe: AdamW lr 3e-3, mixed FIM, KL every step, full MTP"),
     Variant("fast", "today + KL on every 4th step + MTP head on every 4th position", FAST),
@@ -53,12 +54,11 @@ VARIANTS = {v.name: v for v in (
     Variant("muon", "fast + Muon for the block matrices", (*FAST, "--optimizer", "muon")),
     Variant("lr6e-3", "fast + peak learning rate 6e-3", (*FAST, "--lr", "6e-3")),
     Variant("muon-lines", "fast + Muon + line-level FIM", (*FAST, "--optimizer", "muon"), DEFAULT_SHARDS / "train-lines"),
-    Variant("muon-lines-bf16", "muon-lines with Newton-Schulz in bf16", (*FAST, "--optimizer", "muon", "--muon-ns-dtype", "bfloat16"),
-            DEFAULT_SHARDS / "train-lines"),
+    Variant("muon-lines-bf16", "muon-lines with Newton-Schulz in bf16", MUON_BF16, DEFAULT_SHARDS / "train-lines"),
     Variant("muon-lines-bf16-b2", "muon-lines-bf16 with 2 rows per step (twice the optimizer steps)",
-            (*FAST, "--optimizer", "muon", "--muon-ns-dtype", "bfloat16", "--batch-size", "2"), DEFAULT_SHARDS / "train-lines"),
-    Variant("muon-lines-bf16-lr6e-3", "muon-lines-bf16 with peak learning rate 6e-3",
-            (*FAST, "--optimizer", "muon", "--muon-ns-dtype", "bfloat16", "--lr", "6e-3"), DEFAULT_SHARDS / "train-lines"),
+            (*MUON_BF16, "--batch-size", "2"), DEFAULT_SHARDS / "train-lines"),
+    Variant("muon-lines-bf16-lr6e-3", "muon-lines-bf16 with peak learning rate 6e-3", (*MUON_BF16, "--lr", "6e-3"),
+            DEFAULT_SHARDS / "train-lines"),
 )}
 
 
