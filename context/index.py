@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from context.ignore import IgnoreRules, check_text, read_source
+from context.index_snapshot import Snapshot, StoredFile
 from context.languages import SOURCE_EXTENSIONS, language_for
 from context.positions import Position, TextIndex
 from context.resolve import ImportResolver
@@ -65,13 +66,18 @@ class WorkspaceIndex:
         self._importers: dict[str, set[str]] = {}
         self._skipped: dict[str, str] = {}
         self._buffers: set[str] = set()  # paths whose entry comes from an open editor buffer
+        self._walked: frozenset[str] = frozenset()  # the source paths the last build walked
+        self.reused = 0  # entries the last build took from a snapshot instead of parsing
 
     # --- building and updating
 
-    def build(self, progress: Progress | None = None) -> int:
+    def build(self, progress: Progress | None = None, reuse: Snapshot | None = None) -> int:
         """Index every file under the roots (files unchanged on disk since they were indexed are
-        kept); forget files no longer there. Returns the file count."""
+        kept); forget files no longer there. `reuse`: a saved snapshot (`context.index_snapshot`)
+        whose entries stand in for parsing files unchanged since (see `_adopt`). Returns the file count."""
         candidates = sorted(set(self._walk(self.roots)))
+        self._walked = frozenset(candidates)
+        self.reused = self._adopt(reuse) if reuse is not None else 0
         report = _SafeProgress(progress)
         for done, path in enumerate(candidates, start=1):
             self._index_path(path, None, if_changed=True)
@@ -82,6 +88,35 @@ class WorkspaceIndex:
         for path in gone:
             self.remove_file(path)
         return len(self.files())
+
+    def _adopt(self, snapshot: Snapshot) -> int:
+        """Install the snapshot's entries for files whose (mtime, size) still match, when the
+        build walks exactly the paths it walked (imports resolve against the files present).
+        Returns how many were adopted."""
+        if snapshot.walked != self._walked:
+            log.info("index: the workspace's files changed since the snapshot; parsing every file")
+            return 0
+        adopted = 0
+        for stored in snapshot.files:
+            with self._lock:
+                known = stored.path in self._files or stored.path in self._buffers
+            if known or _stamp(stored.path) != stored.stamp:
+                continue
+            with self._lock:
+                self._install(IndexedFile(stored.path, stored.language, stored.tags, stored.stamp))
+            adopted += 1
+        return adopted
+
+    def snapshot(self) -> Snapshot:
+        """What `index_snapshot.save` writes: the entries read from disk (not editor buffers)
+        and the paths the last build walked."""
+        with self._lock:
+            files = tuple(
+                StoredFile(e.path, e.language, e.stamp, e.tags)
+                for e in self._files.values()
+                if e.stamp is not None and e.path not in self._buffers
+            )
+        return Snapshot(self.roots, self._walked, files)
 
     def update_file(self, path: str | os.PathLike[str], text: str | None = None) -> bool:
         """(Re)index one file, from `text` (an editor buffer, same size and generated-file rules) or

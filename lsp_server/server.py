@@ -46,6 +46,7 @@ from .pipeline import Prepared
 from .progress import send_status
 from .protocol import Glm5Protocol
 from .settings import ServerSettings
+from .startup import save_index
 from .state import WorkspaceState
 from .stats import ServerStats
 
@@ -204,7 +205,10 @@ class Glm5Server(LanguageServer):
         super().start_io(ResyncingInput(stdin or sys.stdin.buffer), stdout)
 
     def shutdown_runtime(self) -> None:
+        """Stop the watcher and the engine; save the index's snapshot for the next start."""
         self.state.stop_watcher()
+        if self.state.index is not None:
+            save_index(self.state.index)
         self.engine.shutdown()
 
 

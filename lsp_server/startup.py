@@ -10,7 +10,10 @@ pipeline (prompt builder, engine, post-processing) so the first real completion 
 code path and the prompt's stable prefix already warm. The warm-up holds while a user's
 completion is being answered, also before that one reaches the engine (building its prompt):
 on a restart the first completion is the user's, not the warm-up's.
-Each phase is shown with work-done progress; `glm5/status` says warming -> ready (or error);
+The index starts from the workspace's saved snapshot (`context.index_snapshot`, beside the
+persistent KV cache): a restart parses only the files changed since, so indexing no longer
+competes with loading the model for the interpreter. The snapshot is saved after each build and
+at shutdown. Each phase is shown with work-done progress; `glm5/status` says warming -> ready (or error);
 each phase's duration (load, index, store, warmup, and ready since `initialized`) is in
 `glm5.stats` under `startup_ms`.
 
@@ -25,13 +28,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from context.index import WorkspaceIndex
+from context import index_snapshot
+from context.index import Progress, WorkspaceIndex
 from context.watcher import IndexWatcher
 from lsprotocol import types
 from model_runtime.api import GenerationRequest
+from model_runtime.kvstore.paths import cache_root, workspace_id
 
 from . import pipeline
 from .engine_client import ModelHandle, embedded_model_path
@@ -119,7 +125,7 @@ async def build_index(ls: Glm5Server, roots: list[Path]) -> None:
             def progress(done: int, total: int, path: str) -> None:  # on the worker thread
                 loop.call_soon_threadsafe(report, done, total, path)
 
-            await asyncio.to_thread(index.build, progress)
+            await asyncio.to_thread(build_from_snapshot, index, progress)
     except Exception as exc:
         log.exception("indexing failed")
         ls.window_log_message(types.LogMessageParams(type=types.MessageType.Error, message=f"glm5: indexing failed: {exc}"))
@@ -130,6 +136,28 @@ async def build_index(ls: Glm5Server, roots: list[Path]) -> None:
     _start_watcher(ls, index, loop)
     ls.index_ready.set()
     ls.analysis.refresh_all()  # re-apply unsaved open documents over what was read from disk
+
+
+def index_snapshot_path(roots: Sequence[str | Path]) -> Path:
+    """The workspace's index snapshot: next to its persistent KV cache (`kvstore.paths`)."""
+    return cache_root() / workspace_id(roots) / "index.msgpack"
+
+
+def build_from_snapshot(index: WorkspaceIndex, progress: Progress) -> None:
+    """`index.build`, reusing the workspace's saved snapshot for unchanged files, then save the
+    result (worker thread; a snapshot that cannot be written is logged, the index serves anyway)."""
+    path = index_snapshot_path(index.roots)
+    index.build(progress, reuse=index_snapshot.load(path, index.roots))
+    log.info("index: %d files, %d from the snapshot", len(index.files()), index.reused)
+    save_index(index)
+
+
+def save_index(index: WorkspaceIndex) -> None:
+    """Write `index`'s snapshot (at the end of a build and at shutdown); never raises."""
+    try:
+        index_snapshot.save(index_snapshot_path(index.roots), index.snapshot())
+    except (OSError, ValueError) as exc:
+        log.warning("index snapshot not saved: %s", exc)
 
 
 def _start_watcher(ls: Glm5Server, index: WorkspaceIndex, loop: asyncio.AbstractEventLoop) -> None:

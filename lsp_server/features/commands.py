@@ -146,12 +146,16 @@ def lsp_json(value: types.Position | types.Range) -> dict[str, Any]:
 
 
 def _index_summary(ls: Glm5Server) -> dict[str, Any] | None:
-    """Roots, file count and the files left out with why (the first SKIPPED_SHOWN of them)."""
+    """Roots, file count, how many of them the last build took from the saved snapshot, and the
+    files left out with why (the first SKIPPED_SHOWN of them)."""
     if ls.index is None:
         return None
     skipped = ls.index.skipped()
     shown = dict(sorted(skipped.items())[:SKIPPED_SHOWN])
-    return {"roots": list(ls.index.roots), "files": len(ls.index.files()), "skipped_count": len(skipped), "skipped": shown}
+    return {
+        "roots": list(ls.index.roots), "files": len(ls.index.files()), "from_snapshot": ls.index.reused,
+        "skipped_count": len(skipped), "skipped": shown,
+    }
 
 
 def _single_object(args: tuple[Any, ...], command: str, keys: tuple[str, ...]) -> Mapping[str, Any]:

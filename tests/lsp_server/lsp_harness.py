@@ -101,7 +101,8 @@ class Session:
         log = root.parent / f"{root.name}.log"
         session = await cls.start(
             [sys.executable, str(TESTS / "fake_lsp_server.py")], [root], init_options=init_options,
-            env={"GLM5_FAKE": json.dumps({**fake, "log": str(log)})}, log_file=log, capabilities=capabilities,
+            env={"GLM5_FAKE": json.dumps({**fake, "log": str(log)}), "GLM5_LSP_CACHE_DIR": str(root.parent / f"{root.name}-cache")},
+            log_file=log, capabilities=capabilities,
         )
         session.root = root
         return session

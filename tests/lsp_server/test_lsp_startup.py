@@ -116,3 +116,24 @@ async def test_the_warm_up_holds_while_the_first_completion_builds_its_prompt(tm
     finally:
         gate.touch()
         assert await session.stop() == 0
+
+
+async def test_a_restart_takes_the_unchanged_files_from_the_saved_index(tmp_path):
+    """The first start parses every file and saves the index beside the KV cache; the next
+    start parses only the file edited while the server was down."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    for name in ("a.py", "b.py", "c.py"):
+        (root / name).write_text(f"def {name[0]}_function():\n    return 1\n")
+    counts = []
+    for attempt in range(2):
+        session = await Session.start_fake(root, {"text": "42"})
+        try:
+            await session.wait_ready()
+            index = (await session.stats())["index"]
+            counts.append((index["files"], index["from_snapshot"]))
+        finally:
+            assert await session.stop() == 0
+        (root / "b.py").write_text("def b_function(changed=True):\n    return 2\n")
+    assert counts == [(3, 0), (3, 2)]
+    assert (tmp_path / "ws-cache").is_dir()

@@ -1,0 +1,143 @@
+"""The index saved on disk and reused by the next build (context.index_snapshot, WorkspaceIndex.build(reuse=))."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import msgpack
+import pytest
+
+import context.index as index_module
+from context import index_snapshot
+from context.index import WorkspaceIndex
+
+FILES = {
+    "main.py": "from util import parse_config\nfrom models import User\n\ndef run():\n    return parse_config(User())\n",
+    "util.py": "def parse_config(source):\n    return dict(source)\n",
+    "models.py": "class User:\n    name: str = ''\n",
+    "web/api.ts": 'import { format } from "./fmt";\nexport function fetchUser(id: number) { return format(id); }\n',
+    "web/fmt.ts": "export function format(x: number): string { return String(x); }\n",
+}
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    for name, text in FILES.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+def tables(index: WorkspaceIndex) -> tuple:
+    return index._definitions, index._references, index._importers, {p: (e.language, e.tags) for p, e in index._files.items()}
+
+
+def saved(root: Path, tmp_path: Path) -> tuple[WorkspaceIndex, Path]:
+    index = WorkspaceIndex([root])
+    index.build()
+    path = tmp_path / "cache" / "index.msgpack"
+    index_snapshot.save(path, index.snapshot())
+    return index, path
+
+
+def parse_counter(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    parsed: list[str] = []
+    real = index_module.tags_of_text
+
+    def counting(language, text, path="", resolver=None):
+        parsed.append(path)
+        return real(language, text, path, resolver)
+
+    monkeypatch.setattr(index_module, "tags_of_text", counting)
+    return parsed
+
+
+def test_a_build_from_the_snapshot_parses_nothing_and_answers_the_same(root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first, path = saved(root, tmp_path)
+    parsed = parse_counter(monkeypatch)
+    second = WorkspaceIndex([root])
+    second.build(reuse=index_snapshot.load(path, second.roots))
+    assert parsed == []
+    assert second.reused == len(FILES)
+    assert tables(second) == tables(first)
+    assert [d.path for d in second.definitions("parse_config")] == [str(root / "util.py")]
+    assert second.importers_of(root / "util.py") == [str(root / "main.py")]
+
+
+def test_a_file_changed_since_is_parsed_again(root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, path = saved(root, tmp_path)
+    (root / "util.py").write_text("def load_config(source, strict=False):\n    return dict(source)\n")
+    parsed = parse_counter(monkeypatch)
+    index = WorkspaceIndex([root])
+    index.build(reuse=index_snapshot.load(path, index.roots))
+    assert parsed == [str(root / "util.py")]
+    assert index.definitions("parse_config") == []
+    assert [d.path for d in index.definitions("load_config")] == [str(root / "util.py")]
+
+
+def test_a_file_added_since_makes_the_build_parse_everything(root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`from pkg import helpers` resolves differently once pkg/helpers.py exists, so no stored
+    entry may be trusted after the set of files changed."""
+    (root / "user.py").write_text("from pkg import helpers\n\nhelpers.run()\n")
+    (root / "pkg").mkdir()
+    (root / "pkg" / "__init__.py").write_text("")
+    _, path = saved(root, tmp_path)
+    (root / "pkg" / "helpers.py").write_text("def run():\n    pass\n")
+    parsed = parse_counter(monkeypatch)
+    index = WorkspaceIndex([root])
+    index.build(reuse=index_snapshot.load(path, index.roots))
+    assert index.reused == 0
+    assert len(parsed) == len(FILES) + 3
+    assert str(root / "user.py") in index.importers_of(root / "pkg" / "helpers.py")
+
+
+def test_open_buffers_are_not_saved(root: Path, tmp_path: Path) -> None:
+    index = WorkspaceIndex([root])
+    index.build()
+    index.open_buffer(root / "util.py")
+    index.update_buffer(root / "util.py", "def unsaved_edit():\n    pass\n")
+    stored = {f.path for f in index.snapshot().files}
+    assert str(root / "util.py") not in stored
+    assert str(root / "main.py") in stored
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "other format", "other roots", "bad entry"])
+def test_a_damaged_or_foreign_snapshot_is_ignored(root: Path, tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture) -> None:
+    first, path = saved(root, tmp_path)
+    data = path.read_bytes()
+    raw = msgpack.unpackb(data)
+    if damage == "truncated":
+        path.write_bytes(data[: len(data) // 2])
+    elif damage == "garbage":
+        path.write_bytes(os.urandom(256))
+    elif damage == "other format":
+        path.write_bytes(msgpack.packb({**raw, "format": "glm5-index/0"}))
+    elif damage == "other roots":
+        path.write_bytes(msgpack.packb({**raw, "roots": ["/elsewhere"]}))
+    else:
+        raw["files"][0]["stamp"] = ["not", "a", "stamp"]
+        path.write_bytes(msgpack.packb(raw))
+    index = WorkspaceIndex([root])
+    assert index_snapshot.load(path, index.roots) is None
+    index.build(reuse=None)
+    assert tables(index) == tables(first)
+
+
+def test_a_missing_snapshot_loads_as_none(tmp_path: Path) -> None:
+    assert index_snapshot.load(tmp_path / "absent.msgpack", ("/ws",)) is None
+
+
+def test_a_failed_write_keeps_the_previous_snapshot(root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first, path = saved(root, tmp_path)
+    before = path.read_bytes()
+
+    def full_disk(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(index_snapshot.os, "replace", full_disk)
+    with pytest.raises(OSError):
+        index_snapshot.save(path, first.snapshot())
+    assert path.read_bytes() == before
+    assert [p.name for p in path.parent.iterdir()] == ["index.msgpack"]
