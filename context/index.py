@@ -68,6 +68,8 @@ class WorkspaceIndex:
         self._buffers: set[str] = set()  # paths whose entry comes from an open editor buffer
         self._walked: frozenset[str] = frozenset()  # the source paths the last build walked
         self.reused = 0  # entries the last build took from a snapshot instead of parsing
+        self.version = 0  # bumped by every change to the tables
+        self.saved_version = -1  # the version the last saved snapshot holds (see `snapshot`)
 
     # --- building and updating
 
@@ -109,14 +111,16 @@ class WorkspaceIndex:
 
     def snapshot(self) -> Snapshot:
         """What `index_snapshot.save` writes: the entries read from disk (not editor buffers)
-        and the paths the last build walked."""
+        and the paths the last build walked, as of `version` (whoever saves it sets
+        `saved_version` to that, so an unchanged index need not be written again)."""
         with self._lock:
+            version = self.version
             files = tuple(
                 StoredFile(e.path, e.language, e.stamp, e.tags)
                 for e in self._files.values()
                 if e.stamp is not None and e.path not in self._buffers
             )
-        return Snapshot(self.roots, self._walked, files)
+        return Snapshot(self.roots, self._walked, files, version)
 
     def update_file(self, path: str | os.PathLike[str], text: str | None = None) -> bool:
         """(Re)index one file, from `text` (an editor buffer, same size and generated-file rules) or
@@ -393,6 +397,7 @@ class WorkspaceIndex:
             self._skipped[path] = reason
 
     def _install(self, entry: IndexedFile) -> None:
+        self.version += 1
         self._files[entry.path] = entry
         for definition in entry.tags.definitions:
             self._definitions.setdefault(definition.name, []).append(definition)
@@ -405,6 +410,7 @@ class WorkspaceIndex:
         entry = self._files.pop(path, None)
         if entry is None:
             return
+        self.version += 1
         _drop(self._definitions, Counter(d.name for d in entry.tags.definitions), path)
         _drop(self._references, Counter(r.name for r in entry.tags.references), path)
         for target in {i.resolved_path for i in entry.tags.imports if i.resolved_path}:

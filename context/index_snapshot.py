@@ -48,6 +48,7 @@ class Snapshot:
     roots: tuple[str, ...]
     walked: frozenset[str]  # every source path the build that wrote it walked
     files: tuple[StoredFile, ...]
+    version: int = 0  # the index's version it was taken at (not stored)
 
 
 def save(path: str | os.PathLike[str], snapshot: Snapshot) -> None:

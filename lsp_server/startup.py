@@ -147,17 +147,26 @@ def build_from_snapshot(index: WorkspaceIndex, progress: Progress) -> None:
     """`index.build`, reusing the workspace's saved snapshot for unchanged files, then save the
     result (worker thread; a snapshot that cannot be written is logged, the index serves anyway)."""
     path = index_snapshot_path(index.roots)
+    before = index.version
     index.build(progress, reuse=index_snapshot.load(path, index.roots))
     log.info("index: %d files, %d from the snapshot", len(index.files()), index.reused)
+    if index.reused == len(index.files()) == index.version - before:
+        index.saved_version = index.version  # every entry came from the saved file: it is current
     save_index(index)
 
 
 def save_index(index: WorkspaceIndex) -> None:
-    """Write `index`'s snapshot (at the end of a build and at shutdown); never raises."""
+    """Write `index`'s snapshot (at the end of a build and at shutdown) unless the saved one is
+    still current; never raises."""
+    if index.version == index.saved_version:
+        return
+    snapshot = index.snapshot()
     try:
-        index_snapshot.save(index_snapshot_path(index.roots), index.snapshot())
+        index_snapshot.save(index_snapshot_path(index.roots), snapshot)
     except (OSError, ValueError) as exc:
         log.warning("index snapshot not saved: %s", exc)
+        return
+    index.saved_version = snapshot.version
 
 
 def _start_watcher(ls: Glm5Server, index: WorkspaceIndex, loop: asyncio.AbstractEventLoop) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 
 import pytest
 from lsprotocol import types
@@ -137,3 +138,27 @@ async def test_a_restart_takes_the_unchanged_files_from_the_saved_index(tmp_path
         (root / "b.py").write_text("def b_function(changed=True):\n    return 2\n")
     assert counts == [(3, 0), (3, 2)]
     assert (tmp_path / "ws-cache").is_dir()
+
+
+def test_the_index_snapshot_is_rewritten_only_when_the_index_changed(tmp_path, monkeypatch):
+    from context.index import WorkspaceIndex
+    from lsp_server.startup import build_from_snapshot, index_snapshot_path, save_index
+
+    monkeypatch.setenv("GLM5_LSP_CACHE_DIR", str(tmp_path / "cache"))
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "a.py").write_text("def a():\n    return 1\n")
+    (root / "b.py").write_text("from a import a\n")
+    build_from_snapshot(WorkspaceIndex([root]), lambda *_: None)
+    saved = index_snapshot_path([root])
+    first = 10**18  # 2001: a rewrite would give the file a new mtime
+    os.utime(saved, ns=(first, first))
+
+    unchanged = WorkspaceIndex([root])
+    build_from_snapshot(unchanged, lambda *_: None)
+    save_index(unchanged)  # shutdown
+    assert unchanged.reused == 2 and saved.stat().st_mtime_ns == first
+
+    unchanged.update_file(root / "a.py", "def a(x):\n    return x\n")
+    save_index(unchanged)
+    assert saved.stat().st_mtime_ns != first
