@@ -18,7 +18,9 @@ Invariants:
 - Every block computed after a prefix (full, or the partial last block of a sequence with its
   computed tokens so far) is remembered as that prefix's latest *successor* until the block is
   reused. A sequence that shares the prefix and then some of the successor's tokens, but not the
-  whole block (it diverges inside it), gets a private copy of the matching rows.
+  whole block (it diverges inside it), gets a private copy of the matching rows. Without such a
+  block in the pool, the cold store may supply the persisted one (`ColdStore.promote_tail`: the
+  prefix's tail written by an earlier session).
 - Freed blocks keep their contents and hash (an LRU pool of reusable prefixes, one for device
   blocks and one for spilled blocks) until an allocation needs the space; a hashed block leaving
   its pool is handed to the cold store first.
@@ -152,6 +154,10 @@ class ColdStore(Protocol):
     def promote(self, block_hash: bytes, token_ids: tuple[int, ...], block_id: int) -> bool:
         """Write the stored rows of this block into `block_id`; False if they are gone or invalid."""
 
+    def promote_tail(self, prev: bytes, rest: list[int], block_id: int) -> int:
+        """Write the stored partial block after prefix `prev` into `block_id` if it starts with
+        `rest`; how many tokens of `rest` it holds (0: nothing usable)."""
+
     def demote(self, block: Block) -> None:
         """Keep a copy of a hashed block that is about to be overwritten."""
 
@@ -201,13 +207,16 @@ class BlockManager:
         hashes = self._cached_prefix(token_ids, table, keep_free) if reuse else []
         hits = len(table)
         cached = hits * bs
-        source, matched = self._successor(hashes[-1] if hashes else ROOT_HASH, token_ids[cached:]) if reuse else (None, 0)
+        prev = hashes[-1] if hashes else ROOT_HASH
+        source, matched = self._successor(prev, token_ids[cached:]) if reuse else (None, 0)
         end = total if reserve is None else min(total, cached + max(reserve, 1))
         while len(table) < self.blocks_needed(end):
             table.append(self._fresh())
         if matched and self.cache is not None:
             self.cache.copy_block(source, table[hits])
             cached += matched
+        elif reuse and hashes and self.cold is not None and len(table) > hits:
+            cached += self.cold.promote_tail(prev, token_ids[cached:], table[hits])
         if cached == total and cached > 0:
             cached -= 1  # the last token must run again to give logits: write it to a private copy
             if len(table) == hits:

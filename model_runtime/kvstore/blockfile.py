@@ -149,6 +149,15 @@ def read_header(path: Path) -> tuple[BlockHeader, int]:
 def read_block(path: Path, fingerprint: str, layout: dict[str, Any], block_hash: bytes, tokens: tuple[int, ...]) -> memoryview:
     """The verified payload of the block file at `path` (a writable buffer); CorruptBlock unless the
     digest matches and the header names exactly this fingerprint, layout, hash and tokens."""
+    found, payload = read_block_tokens(path, fingerprint, layout, block_hash)
+    if found != tuple(tokens):
+        raise CorruptBlock("foreign block: its token ids differ")
+    return payload
+
+
+def read_block_tokens(path: Path, fingerprint: str, layout: dict[str, Any], block_hash: bytes) -> tuple[tuple[int, ...], memoryview]:
+    """(token ids, verified payload) of the block file at `path`, for a caller that learns the
+    tokens from the file (a partial tail block); CorruptBlock as `read_block`, tokens unchecked."""
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         data = bytearray(size)
@@ -160,8 +169,8 @@ def read_block(path: Path, fingerprint: str, layout: dict[str, Any], block_hash:
     header, offset = _parse_header(view, size)
     for what, found, expected in (
         ("fingerprint", header.fingerprint, fingerprint), ("layout", header.layout, layout),
-        ("block hash", header.block_hash, block_hash), ("token ids", header.tokens, tuple(tokens)),
+        ("block hash", header.block_hash, block_hash),
     ):  # fmt: skip
         if found != expected:
             raise CorruptBlock(f"foreign block: its {what} differs")
-    return view[offset : offset + header.payload_bytes]
+    return header.tokens, view[offset : offset + header.payload_bytes]

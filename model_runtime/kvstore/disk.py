@@ -1,4 +1,5 @@
-"""The cold tier: full KV blocks of one workspace and model, as files, with an LRU size cap.
+"""The cold tier: full KV blocks of one workspace and model, as files, with an LRU size cap
+(plus each prefix's partial tail block, stored under a key of its prefix and replaced by later ones).
 
 A store directory holds `blocks/<hash>.kvb` (one block per file, see `blockfile`), a msgpack
 index `index.msgpack` ({hash: [bytes, last used ns]}) and a `lock` file.
@@ -33,7 +34,8 @@ from typing import Any
 import msgpack
 
 from model_runtime.kvstore.blockfile import (
-    TEMP_SUFFIX, BlockHeader, Buffer, CorruptBlock, atomic_write, encode_block, read_block, read_header, temp_owner,
+    TEMP_SUFFIX, BlockHeader, Buffer, CorruptBlock, atomic_write, encode_block, read_block, read_block_tokens, read_header,
+    temp_owner,
 )
 
 log = logging.getLogger(__name__)
@@ -80,12 +82,23 @@ class DiskStore:
 
     def get(self, block_hash: bytes, tokens: tuple[int, ...]) -> memoryview | None:
         """The verified payload of a block, or None (absent, evicted, or discarded as corrupt)."""
+        found = self._read(block_hash, tokens)
+        return None if found is None else found[1]
+
+    def get_tail(self, key: bytes) -> tuple[tuple[int, ...], memoryview] | None:
+        """(token ids, verified payload) of the partial block stored under `key`, or None."""
+        return self._read(key, None)
+
+    def _read(self, block_hash: bytes, tokens: tuple[int, ...] | None) -> tuple[tuple[int, ...], memoryview] | None:
         if block_hash not in self:
             return None
         key = block_hash.hex()
         path = self._path(key)
         try:
-            payload = read_block(path, self.fingerprint, self.layout, block_hash, tokens)
+            if tokens is None:
+                found = read_block_tokens(path, self.fingerprint, self.layout, block_hash)
+            else:
+                found = tokens, read_block(path, self.fingerprint, self.layout, block_hash, tokens)
         except FileNotFoundError:
             log.debug("kv store: block %s was evicted by another process", key)
             self._forget(key)
@@ -96,18 +109,19 @@ class DiskStore:
             self._forget(key)
             return None
         self._touched[key] = time.time_ns()
-        return payload
+        return found
 
     # ---- writes ---------------------------------------------------------------------------
-    def put(self, blocks: Iterable[tuple[bytes, tuple[int, ...], list[Buffer]]]) -> int:
-        """Write blocks (hash, token ids, payload buffers) not already stored, then the index;
-        returns how many were written. A write error (disk full, permissions) is logged and ends
-        the batch; what was written is still indexed."""
+    def put(self, blocks: Iterable[tuple[bytes, tuple[int, ...], list[Buffer]]], replace: bool = False) -> int:
+        """Write blocks (hash, token ids, payload buffers) not already stored (with `replace`:
+        overwrite them, for partial tail blocks whose key names only their prefix), then the
+        index; returns how many were written. A write error (disk full, permissions) is logged
+        and ends the batch; what was written is still indexed."""
         written = 0
         try:
             for block_hash, tokens, payload in blocks:
                 key = block_hash.hex()
-                if key in self.entries:
+                if key in self.entries and not replace:
                     self._touched[key] = time.time_ns()
                     continue
                 header = BlockHeader(self.fingerprint, block_hash, tuple(tokens), self.layout, sum(memoryview(p).nbytes for p in payload))

@@ -7,7 +7,10 @@ shutdown). `pending` is capped (`pending_bytes`): past it the oldest pending blo
 (counted in `dropped`), never written from inside a request. A prefix-hash miss on the device is looked up in host RAM, then
 `pending`, then on disk, and copied into a fresh block (`promote`) after checking its token ids
 (and, from disk, its digest). `persist` writes every hashed device and host block of the current
-workspace that the disk store does not have yet.
+workspace that the disk store does not have yet, and each such prefix's latest partial
+*tail* block (the rows computed after its last full block, keyed by that prefix: `tail_key`), so
+that a restart at the same cursor prefills only its last token; `promote_tail` copies the rows a
+new prompt shares with a stored tail into its fresh block.
 
 Invariants:
 - Only blocks stamped with the current `epoch` (the workspace binding they were computed or
@@ -21,6 +24,7 @@ Invariants:
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -37,6 +41,12 @@ from model_runtime.kvstore.paths import marked_workspaces
 log = logging.getLogger(__name__)
 
 PENDING_FLOOR = 64 << 20  # the pending queue holds at least this many bytes before dropping blocks
+TAIL_DOMAIN = b"glm5-lsp-tail"
+
+
+def tail_key(prev: bytes) -> bytes:
+    """The disk key of the partial block that follows the full-block prefix hashed `prev`."""
+    return hashlib.blake2b(TAIL_DOMAIN + prev, digest_size=16).digest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +74,8 @@ class TierCounters:
     demoted: int = 0
     written: int = 0
     dropped: int = 0  # pending blocks dropped unwritten because the queue was full
+    tail_hits: int = 0  # prompts that took rows of a stored partial tail block
+    tails_written: int = 0
 
 
 class CacheTiers:
@@ -75,6 +87,7 @@ class CacheTiers:
         self.disk_bytes = disk_bytes
         self.disk: DiskStore | None = None
         self.counters = TierCounters()
+        self.saved_tails: dict[bytes, tuple[int, ...]] = {}  # tail key -> token ids this process wrote
         index = cache.index[0]
         self.kv_shape = (len(cache.kv), cache.block_size, cache.kv[0].shape[-1])
         self.index_shape = (len(cache.index), cache.block_size, index.shape[-1])
@@ -99,6 +112,26 @@ class CacheTiers:
             return False
         self.cache.write_block(block_id, stored.kv, stored.index)
         return True
+
+    def promote_tail(self, prev: bytes, rest: list[int], block_id: int) -> int:
+        """Copy the stored tail after prefix `prev` into `block_id` if its first tokens are
+        `rest`'s; returns how many leading tokens of `rest` it holds (0: none stored, or no match)."""
+        if self.disk is None:
+            return 0
+        found = self.disk.get_tail(tail_key(prev))
+        if found is None:
+            return 0
+        tokens, payload = found
+        matched = 0
+        for stored, wanted in zip(tokens[: self.cache.block_size - 1], rest):
+            if stored != wanted:
+                break
+            matched += 1
+        if matched:
+            kv, index = self._tensors(payload)
+            self.cache.write_block(block_id, kv, index)
+            self.counters.tail_hits += 1
+        return matched
 
     def demote(self, block: Block) -> None:
         if block.hash is None:
@@ -132,6 +165,7 @@ class CacheTiers:
             self.persist()
             self.blocks.epoch += 1
         self.pending.clear()
+        self.saved_tails.clear()
         self.disk = store
         return True
 
@@ -154,6 +188,7 @@ class CacheTiers:
         room = None if limit is None else limit - written
         if room is None or room > 0:
             written += self._write(list(self._unsaved(room)))
+        self._write_tails()
         self.disk.commit()
         return written
 
@@ -168,6 +203,7 @@ class CacheTiers:
         self.blocks.clear_hashes()
         freed = self.host.clear() + sum(b.nbytes for b in self.pending.values())
         self.pending.clear()
+        self.saved_tails.clear()
         if self.disk is not None:
             freed += self.disk.clear()
         if every_workspace:
@@ -206,6 +242,24 @@ class CacheTiers:
             yield StoredBlock(block.hash, block.token_ids, kv, index, block.epoch)
         yield from host[: None if limit is None else max(0, limit - len(device))]
 
+    def _write_tails(self) -> None:
+        """Write the latest partial block after each full-block prefix of this workspace (one file
+        per prefix, replaced when a later one differs)."""
+        batch = []
+        for prev, block_id in list(self.blocks.successors.items()):
+            block = self.blocks.blocks[block_id]
+            owner = self.blocks.by_hash.get(prev)
+            if block.hash is not None or not block.token_ids or owner is None or self.blocks.blocks[owner].epoch != self.epoch:
+                continue  # a full block (saved as such), empty, or a prefix of another workspace
+            key = tail_key(prev)
+            if self.saved_tails.get(key) != block.token_ids:
+                kv, index = self.cache.read_block(block_id)
+                batch.append(StoredBlock(key, block.token_ids, kv, index, self.epoch))
+        if batch and self.disk is not None:
+            written = self.disk.put(((b.block_hash, b.token_ids, b.payload()) for b in batch), replace=True)
+            self.counters.tails_written += written
+            self.saved_tails.update((b.block_hash, b.token_ids) for b in batch[:written])
+
     def _write(self, batch: list[StoredBlock]) -> int:
         if not batch or self.disk is None:
             return 0
@@ -217,11 +271,13 @@ class CacheTiers:
         payload = self.disk.get(block_hash, token_ids)
         if payload is None:
             return None
+        kv, index = self._tensors(payload)
+        return StoredBlock(block_hash, token_ids, kv, index, self.epoch)
+
+    def _tensors(self, payload: memoryview) -> tuple[torch.Tensor, torch.Tensor]:
         flat = torch.frombuffer(payload, dtype=torch.uint8)
         kv_bytes = _numel(self.kv_shape) * self.dtype.itemsize
-        kv = flat[:kv_bytes].view(self.dtype).view(self.kv_shape)
-        index = flat[kv_bytes:].view(self.dtype).view(self.index_shape)
-        return StoredBlock(block_hash, token_ids, kv, index, self.epoch)
+        return flat[:kv_bytes].view(self.dtype).view(self.kv_shape), flat[kv_bytes:].view(self.dtype).view(self.index_shape)
 
 
 def _numel(shape: tuple[int, ...]) -> int:

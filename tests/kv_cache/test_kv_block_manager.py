@@ -26,6 +26,9 @@ class RecordingCold:
     def promote(self, block_hash: bytes, token_ids: tuple[int, ...], block_id: int) -> bool:
         return not self.broken and self.known.get(block_hash) == token_ids
 
+    def promote_tail(self, prev: bytes, rest: list[int], block_id: int) -> int:
+        return 0
+
     def demote(self, block: Block) -> None:
         self.demoted.append(block.hash)
         self.known[block.hash] = block.token_ids

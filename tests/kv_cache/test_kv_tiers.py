@@ -19,6 +19,7 @@ from model_runtime.cache import ROOT_HASH, chain_hash
 from model_runtime.config import EngineConfig
 from model_runtime.engine import Engine
 from model_runtime.kvstore.disk import DiskStore
+from model_runtime.kvstore.tiers import tail_key
 
 BS = 16
 CFG = EngineConfig(block_size=BS, max_cache_tokens=512)
@@ -147,7 +148,7 @@ def test_clear_cache_forgets_every_tier(tiny, tmp_path):
     freed = engine.clear_cache()
     assert freed >= 5 * 16 * 4 * 56 * 4 and stored(directory, engine) == set()
     assert generate(engine, base).cached_tokens == 0  # the device pool forgot its prefixes too
-    assert len(stored(other_dir, engine)) == 5  # another workspace is untouched
+    assert len(stored(other_dir, engine)) == 6  # another workspace is untouched: 5 full blocks and the tail after them
     assert engine.clear_cache(workspace=False) > 0
     assert stored(other_dir, engine) == set()
 
@@ -194,9 +195,10 @@ def test_an_idle_engine_persists_on_its_own(tiny, tmp_path, monkeypatch):
         engine.submit(GenerationRequest("r", tuple(prompt(90, seed=10)), SamplingParams(max_tokens=4)), None, lambda r: done.set())
         assert done.wait(30)
         deadline = time.monotonic() + 20
-        while engine.cache_stats()["disk_blocks"] < 5 and time.monotonic() < deadline:
+        while engine.cache_stats()["disk_blocks"] < 6 and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert len(stored(directory, engine)) == 5
+        ids = prompt(90, seed=10)
+        assert stored(directory, engine) == {*full_block_hashes(ids), tail_key(full_block_hashes(ids)[-1])}
     finally:
         engine.shutdown()
 
@@ -236,3 +238,56 @@ def test_no_fsync_on_the_request_path(tiny, tmp_path, monkeypatch):
     assert written >= len(full_block_hashes(prompts[0])) and calls  # the instrument sees writes
     again = generate(engine, prompts[0], max_tokens=3)
     assert again.cached_tokens == 96 and engine.cache_stats()["disk_hits"] > 0
+
+
+def test_a_restart_at_the_same_prompt_prefills_only_its_last_token(tiny, tmp_path):
+    """The partial block after the last full one is persisted too (keyed by its prefix), so the
+    first completion after a restart at the same cursor reuses every prompt token."""
+    base = prompt(100, seed=21)
+    first = Engine(tiny, CFG)
+    open_ws(first, tmp_path)
+    generate(first, base)
+    first.shutdown()
+    engine = Engine(tiny, CFG)
+    open_ws(engine, tmp_path)
+    warm = generate(engine, base)
+    assert (warm.cached_tokens, warm.prefilled_tokens) == (99, 1)
+    assert engine.cache_stats()["tail_hits"] == 1
+    assert warm.token_ids == generate(Engine(tiny, CFG), base).token_ids
+
+
+def test_a_later_tail_replaces_the_stored_one_and_a_diverging_prompt_reuses_only_the_shared_rows(tiny, tmp_path):
+    base = prompt(96, seed=22)
+    for tail in ([7, 8, 9, 10], [7, 8, 30, 31]):
+        engine = Engine(tiny, CFG)
+        open_ws(engine, tmp_path)
+        generate(engine, base + tail, max_tokens=1)
+        engine.shutdown()
+    engine = Engine(tiny, CFG)
+    open_ws(engine, tmp_path)
+    assert generate(engine, base + [7, 8, 30, 31, 32]).cached_tokens == 100  # the second tail, whole
+    engine = Engine(tiny, CFG)
+    open_ws(engine, tmp_path)
+    ids = base + [7, 8, 9, 10, 11]
+    warm = generate(engine, ids)
+    assert warm.cached_tokens == 98  # the first tail was replaced: only [7, 8] are shared
+    assert warm.token_ids == generate(Engine(tiny, CFG), ids).token_ids
+
+
+def test_a_corrupt_tail_on_disk_is_discarded_and_recomputed(tiny, tmp_path, caplog):
+    base = prompt(100, seed=23)
+    first = Engine(tiny, CFG)
+    directory = open_ws(first, tmp_path)
+    cold = generate(first, base)
+    first.shutdown()
+    victim = tmp_path / directory / "blocks" / f"{tail_key(full_block_hashes(base)[-1]).hex()}.kvb"
+    data = bytearray(victim.read_bytes())
+    data[300] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    engine = Engine(tiny, CFG)
+    open_ws(engine, tmp_path)
+    with caplog.at_level(logging.WARNING, logger="model_runtime.kvstore.disk"):
+        warm = generate(engine, base)
+    assert "checksum mismatch" in caplog.text and not victim.exists()
+    assert warm.cached_tokens == 96 and engine.cache_stats()["tail_hits"] == 0
+    assert warm.token_ids == cold.token_ids
