@@ -59,6 +59,10 @@ VARIANTS = {v.name: v for v in (
             (*MUON_BF16, "--batch-size", "2"), DEFAULT_SHARDS / "train-lines"),
     Variant("muon-lines-bf16-lr6e-3", "muon-lines-bf16 with peak learning rate 6e-3", (*MUON_BF16, "--lr", "6e-3"),
             DEFAULT_SHARDS / "train-lines"),
+    Variant("muon-lines-bf16-lr1e-2", "muon-lines-bf16 with peak learning rate 1e-2", (*MUON_BF16, "--lr", "1e-2"),
+            DEFAULT_SHARDS / "train-lines"),
+    Variant("muon-lines-bf16-lr6e-3-b2", "muon-lines-bf16 with peak learning rate 6e-3 and 2 rows per step",
+            (*MUON_BF16, "--lr", "6e-3", "--batch-size", "2"), DEFAULT_SHARDS / "train-lines"),
 )}
 
 
