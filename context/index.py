@@ -107,6 +107,9 @@ class WorkspaceIndex:
             with self._lock:
                 self._install(IndexedFile(stored.path, stored.language, stored.tags, stored.stamp))
             adopted += 1
+        languages = {language_for(None, stored.path) for stored in snapshot.files}
+        for language in languages - {None}:
+            language.tags_query  # compiled as parsing would have: not in the first completion's retrieval
         return adopted
 
     def snapshot(self) -> Snapshot:

@@ -141,3 +141,18 @@ def test_a_failed_write_keeps_the_previous_snapshot(root: Path, tmp_path: Path, 
         index_snapshot.save(path, first.snapshot())
     assert path.read_bytes() == before
     assert [p.name for p in path.parent.iterdir()] == ["index.msgpack"]
+
+
+def test_adopting_compiles_the_tags_queries_a_parse_would_have(root: Path, tmp_path: Path) -> None:
+    """The first completion's retrieval extracts tags; it must not pay for compiling the query."""
+    from context import languages
+
+    _, path = saved(root, tmp_path)
+    languages._query_cached.cache_clear()
+    index = WorkspaceIndex([root])
+    index.build(reuse=index_snapshot.load(path, index.roots))
+    assert index.reused == len(FILES)  # nothing was parsed
+    misses = languages._query_cached.cache_info().misses
+    for name in ("python", "typescript"):
+        assert languages.language_named(name).tags_query is not None
+    assert languages._query_cached.cache_info().misses == misses  # both were compiled by the adoption
