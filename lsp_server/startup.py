@@ -27,6 +27,7 @@ inotify limit) is reported; the index serves without live updates.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -90,6 +91,7 @@ async def start_up(ls: Glm5Server) -> None:
     if ls.settings.warmup:
         with ls.stats.phase("warmup"):
             await warm_up(ls)
+    freeze_heap()
     send_status(ls, "ready", f"model {handle.path}")
     ls.stats.startup_ended(started)
     ls.announced_ready = True
@@ -102,7 +104,17 @@ async def load_and_bind(ls: Glm5Server) -> ModelHandle | None:
         handle = await load_model(ls)
     with ls.stats.phase("store"):
         await open_kv_store(ls)  # also ends the wait of `expect_store` when loading failed
+    freeze_heap()
     return handle
+
+
+def freeze_heap() -> None:
+    """Take every object alive now (torch's modules, the model, the index) out of the cyclic
+    garbage collector's scans. A full collection then walks only the objects made since: before,
+    one walked ~260k objects in ~0.2 s, inside whichever user request happened to trigger it (a
+    restart's first completion, measured). Frozen objects are still freed by reference counting;
+    only cycles among them would outlive the server's start-up state, which lives as long anyway."""
+    gc.freeze()
 
 
 async def build_index(ls: Glm5Server, roots: list[Path]) -> None:
@@ -134,6 +146,7 @@ async def build_index(ls: Glm5Server, roots: list[Path]) -> None:
     if not ls.state.install_index(generation, index):
         return  # the roots changed meanwhile; a newer build is running
     _start_watcher(ls, index, loop)
+    freeze_heap()
     ls.index_ready.set()
     ls.analysis.refresh_all()  # re-apply unsaved open documents over what was read from disk
 

@@ -10,7 +10,8 @@ glm5.didAcceptCompletion.
   openBrackets, memberScopes, definedNames, report}` (report: which rules fired).
 - `glm5.stats [{recent: N}]` -> completion outcomes, latency percentiles, prefill accounting,
   telemetry counts, cache counters, model state, the engine's `EngineStats` and the index
-  (roots, files, files left out and why); with `recent`, the last N request records too.
+  (roots, files, files left out and why), and the garbage collector (`gc`: objects frozen at
+  start-up, collections per generation); with `recent`, the last N request records too.
 - `glm5.clearCache [{allWorkspaces}]` -> forgets the type-through cache and the engine's KV cache
   (cached prefixes in memory and the blocks persisted for this workspace, or for every workspace).
 - `glm5.applyFix <code action data>` -> computes a code action's edit and applies it through
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 import asyncio
+import gc
 from dataclasses import asdict
 from typing import Any
 
@@ -69,6 +71,7 @@ def register(ls: Glm5Server) -> None:
             "engine": asdict(engine) if engine is not None else None,
             "kvCache": await ls.engine.cache_stats(),
             "index": _index_summary(ls),
+            "gc": _gc_summary(),
         }
 
     @ls.command("glm5.clearCache")
@@ -93,6 +96,12 @@ def register(ls: Glm5Server) -> None:
     def did_accept(ls: Glm5Server, *args: Any) -> None:
         raw = _single_object(args, ACCEPT_COMMAND, ("completionId",))
         ls.stats.telemetry_event("accepted", str(raw["completionId"]))
+
+
+def _gc_summary() -> dict[str, Any]:
+    """The cyclic collector: objects frozen at start-up (`startup.freeze_heap`, out of every
+    scan) and the collections run per generation; a full one scans only the unfrozen objects."""
+    return {"frozen": gc.get_freeze_count(), "collections": [g["collections"] for g in gc.get_stats()]}
 
 
 async def forced_prompt(ls: Glm5Server, uri: str, position: Any, command: str):

@@ -162,3 +162,19 @@ def test_the_index_snapshot_is_rewritten_only_when_the_index_changed(tmp_path, m
     unchanged.update_file(root / "a.py", "def a(x):\n    return x\n")
     save_index(unchanged)
     assert saved.stat().st_mtime_ns != first
+
+
+async def test_start_up_freezes_its_heap_out_of_the_collectors_scans(tmp_path):
+    """The objects alive once the model is loaded (torch, the model, the index) are frozen, so a
+    full collection inside a later request does not walk them all again."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "a.py").write_text("def a():\n    return 1\n")
+    session = await Session.start_fake(root, {"text": "42"})
+    try:
+        await session.wait_ready()
+        collector = (await session.stats())["gc"]
+    finally:
+        assert await session.stop() == 0
+    assert collector["frozen"] > 10_000, collector
+    assert len(collector["collections"]) == 3
