@@ -16,9 +16,12 @@ running the tests with the line as completed; an abstention leaves the line blan
 request (ms; baselines: none). An abstention counts as a miss in every accuracy column. The
 "all" row is asked through `glm5.explainContext` (the same completion, plus every candidate's
 score), which also gives the row "all, no abstaining": the best-scored candidate, shown always.
+`--rerank-weights FILE` adds the "all" row once more with those reranker weights (the server's
+`rerankWeights` setting), side by side with the shipped ones.
 
-Usage: python bench/bench_quality.py [--model DIR] [--humaneval 32] [--heldout-files 8 --per-file 4]
-                                     [--repo 10] [--rows plain,constraints,...] [--out runs/quality.json]
+Usage: python -m bench.bench_quality [--model DIR] [--humaneval 32] [--heldout-files 8 --per-file 4]
+                                    [--repo 10] [--rows plain,constraints,...] [--out runs/quality.json]
+                                    [--rerank-weights FILE]
 """
 
 from __future__ import annotations
@@ -53,7 +56,9 @@ ROWS: dict[str, dict[str, object]] = {
     "reranking": {**OFF, "numCandidates": 4, "rerank": True, "abstain": True},
     "all": {"constraints": True, "numCandidates": 4, "retrieval": True, "rerank": True, "abstain": True},
 }
-NO_ABSTAIN = "all, no abstaining"  # derived from the "all" server's explainContext (the best-scored candidate)
+def no_abstaining(row: str) -> str:
+    """The row derived from an "all" row's explainContext: its best-scored candidate, always shown."""
+    return f"{row}, no abstaining"
 BASELINE_ROWS = ("baseline: previous line", "baseline: line after most similar", "baseline: most similar context")
 _IDENT = re.compile(r"[A-Za-z_]\w*")
 
@@ -142,8 +147,9 @@ def print_table(name: str, count: int, table: dict[str, dict[str, float | None]]
               f"{cell('precision')} {cell('p50_ms', 1, 7)} {cell('p95_ms', 1, 7)}")
 
 
-async def run_rows(items: list[Item], model: str, rows: list[str], log_dir: Path, progress: Callable[[str], None]) -> tuple[dict, dict]:
-    servers = [await RowServer.start(row, model, ROWS[row], log_dir) for row in rows]
+async def run_rows(items: list[Item], model: str, rows: dict[str, dict[str, object]], log_dir: Path,
+                   progress: Callable[[str], None]) -> tuple[dict, dict]:
+    servers = [await RowServer.start(row, model, options, log_dir) for row, options in rows.items()]
     try:
         for server in servers:
             await server.wait_ready()
@@ -154,9 +160,9 @@ async def run_rows(items: list[Item], model: str, rows: list[str], log_dir: Path
             item.path.write_text(item.text, encoding="utf-8")  # no row may read the target from disk
             try:
                 for server in servers:
-                    if server.name == "all":
+                    if server.name.startswith("all"):
                         text, seconds, best = await _explained(server, item)
-                        answers.setdefault(NO_ABSTAIN, []).append(best)
+                        answers.setdefault(no_abstaining(server.name), []).append(best)
                     else:
                         text, seconds = await server.complete(item)
                     answers[server.name].append(text)
@@ -195,16 +201,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sets", default="repo,heldout,humaneval")
     parser.add_argument("--jobs", type=int, default=1, help="parallel HumanEval test runs")
     parser.add_argument("--out", type=Path, help="write every answer as JSON here")
+    parser.add_argument("--rerank-weights", type=Path,
+                        help="also run the \"all\" row with these reranker weights (rerankWeights), side by side")
     args = parser.parse_args(argv)
     from lsp_server.engine_client import embedded_model_path
 
     model = args.model or embedded_model_path()
     if model is None:
         raise SystemExit("no model: give --model DIR")
-    rows = [r for r in args.rows.split(",") if r]
-    unknown = [r for r in rows if r not in ROWS]
+    names = [r for r in args.rows.split(",") if r]
+    unknown = [r for r in names if r not in ROWS]
     if unknown:
         raise SystemExit(f"unknown rows {unknown}; choose from {list(ROWS)}")
+    rows = {name: ROWS[name] for name in names}
+    if args.rerank_weights:
+        rows[f"all, weights {args.rerank_weights.name}"] = {**ROWS["all"], "rerankWeights": str(args.rerank_weights.resolve())}
     work = Path(tempfile.mkdtemp(prefix="glm5-quality-"))
     started = time.perf_counter()
     dump: dict[str, object] = {"rows": rows, "model": model, "packages": list(EVAL_PACKAGES)}

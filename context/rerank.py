@@ -111,9 +111,13 @@ def load_reranker(path: Path = WEIGHTS_PATH) -> Reranker:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
         raise ValueError(f"{path}: cannot read reranker weights: {exc}") from exc
-    if raw.get("features") != list(FEATURES) or len(raw.get("weights", ())) != len(FEATURES):
-        raise ValueError(f"{path}: reranker weights are for features {raw.get('features')}, expected {list(FEATURES)}")
-    return Reranker(tuple(float(w) for w in raw["weights"]), float(raw["bias"]), float(raw["threshold"]), raw.get("meta", {}))
+    if not isinstance(raw, dict) or raw.get("features") != list(FEATURES) or len(raw.get("weights", ())) != len(FEATURES):
+        found = raw.get("features") if isinstance(raw, dict) else type(raw).__name__
+        raise ValueError(f"{path}: reranker weights are for features {found}, expected {list(FEATURES)}")
+    try:
+        return Reranker(tuple(float(w) for w in raw["weights"]), float(raw["bias"]), float(raw["threshold"]), dict(raw.get("meta", {})))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: reranker weights need numeric weights, bias and threshold: {exc!r}") from exc
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,14 +29,15 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
-from functools import cache
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from context.constraints import Site, build_site, constraint_spec
 from context.document import DocumentSnapshot
 from context.index import WorkspaceIndex
 from context.members import disk_reader
-from context.rerank import Choice, Features, Reranker, Scored, choose, load_reranker
+from context.rerank import WEIGHTS_PATH, Choice, Features, Reranker, Scored, choose, load_reranker
 from context.retrieval import Retrieved, retrieve
 from model_runtime.api import (
     ConstraintSpec,
@@ -68,6 +69,7 @@ class Plan:
     rerank: bool
     abstain: bool
     can_score: bool = True
+    rerank_weights: str | None = None  # the `rerankWeights` setting; None: the shipped weights
 
     @property
     def gated(self) -> bool:
@@ -136,7 +138,10 @@ def make_plan(
     if settings.retrieval and site is not None:
         texts = {d.path: d.text for d in open_docs if d.path}
         retrieved = tuple(retrieve(site, index, disk_reader(texts)))
-    return Plan(site, constraint, ids, settings.num_candidates, retrieved, settings.rerank, settings.abstain and settings.rerank, can_score)
+    return Plan(
+        site, constraint, ids, settings.num_candidates, retrieved, settings.rerank, settings.abstain and settings.rerank, can_score,
+        settings.rerank_weights,
+    )
 
 
 def _heal(tokenizer: Any, ids: tuple[int, ...], typed: str) -> tuple[tuple[int, ...], str]:
@@ -202,7 +207,7 @@ def decide(plan: Plan, entries: Sequence[_Entry], scores: Sequence[ContinuationS
         Scored(e.text, tuple(e.sources), e.model_rank, s.logprob, s.num_tokens, e.finished) for e, s in zip(entries, scores, strict=True)
     ]
     site = plan.site
-    reranker = active_reranker() if plan.rerank else None
+    reranker = active_reranker(plan.rerank_weights) if plan.rerank else None
     if site is None:
         best = max(range(len(scored)), key=lambda i: scored[i].logprob / max(1, scored[i].tokens)) if scored else None
         choice = Choice(best, tuple(s.logprob / max(1, s.tokens) for s in scored), False)
@@ -246,14 +251,20 @@ def settle_sync(engine: Any, plan: Plan, prepared: pipeline.Prepared, result: Ge
     return decide(plan, entries, scores)
 
 
-@cache
-def active_reranker() -> Reranker | None:
-    """The shipped reranker weights (None, logged, when they cannot be read)."""
+def active_reranker(path: str | None = None) -> Reranker | None:
+    """The reranker weights at `path` (None: the shipped ones), read again when the file changes;
+    None, logged, when they cannot be read (candidates are then ranked by likelihood)."""
+    file = Path(path) if path else WEIGHTS_PATH
     try:
-        return load_reranker()
-    except ValueError as exc:
+        return _reranker_at(file, file.stat().st_mtime_ns)
+    except (OSError, ValueError) as exc:
         log.error("reranking by likelihood only: %s", exc)
         return None
+
+
+@lru_cache(maxsize=8)
+def _reranker_at(file: Path, mtime_ns: int) -> Reranker:
+    return load_reranker(file)
 
 
 async def explain(engine: Any, prepared: pipeline.Prepared, plan: Plan, tokenizer: Any, request_id: str) -> dict[str, Any]:

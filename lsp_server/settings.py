@@ -32,6 +32,8 @@ Role: one frozen `ServerSettings` value; every change makes a new one. The keys 
     rerank                pick among candidates with the fitted reranker (`context.rerank`);
                           off: the highest mean log-likelihood wins
     abstain               show nothing when the reranker is not confident (needs rerank)
+    rerankWeights         a reranker weights file (`bench/fit_rerank.py --out FILE`, fitted for
+                          the model in use) instead of the shipped one; null: the shipped one
     engine                a remote OpenAI-compatible engine instead of the in-process one (start-up only):
                           a URL, or {url, model, apiKeyEnv, caBundle, timeoutMs, maxConcurrency,
                           promptFormat} (`model_runtime.remote.config`); `model` then only names
@@ -47,8 +49,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
+from pathlib import Path
 from typing import Any
 
+from context.rerank import load_reranker
 from model_runtime.remote.config import RemoteConfig
 
 log = logging.getLogger(__name__)
@@ -81,6 +85,7 @@ class ServerSettings:
     retrieval: bool = True
     rerank: bool = True
     abstain: bool = True
+    rerank_weights: str | None = None
     engine: RemoteConfig | None = None
 
 
@@ -119,6 +124,7 @@ _CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "retrieval": (lambda v: isinstance(v, bool), "true or false"),
     "rerank": (lambda v: isinstance(v, bool), "true or false"),
     "abstain": (lambda v: isinstance(v, bool), "true or false"),
+    "rerank_weights": (lambda v: v is None or (isinstance(v, str) and v != ""), "a weights file path or null"),
     "engine": (lambda v: v is None or isinstance(v, str | Mapping), "a URL or an object {url, model, apiKeyEnv, ...}"),
 }
 
@@ -142,6 +148,12 @@ def parse_settings(raw: Any, base: ServerSettings) -> tuple[ServerSettings, list
         if not check(value):
             problems.append(f"setting {key!r}: expected {expected}, got {value!r} (kept {getattr(base, name)!r})")
             continue
+        if name == "rerank_weights" and value is not None:
+            try:
+                load_reranker(Path(value))
+            except ValueError as exc:
+                problems.append(f"setting {key!r}: {exc} (kept {getattr(base, name)!r})")
+                continue
         if name == "engine" and value is not None:
             try:
                 value = RemoteConfig.from_options(value)

@@ -12,6 +12,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from lsprotocol import types
 
 from lsp_harness import Session
 
@@ -117,5 +118,31 @@ async def test_stats_break_a_completion_into_its_phases(tmp_path: Path) -> None:
         assert 0.3 <= record["settle_s"] < record["total_s"]
         assert 0 < record["plan_s"] <= record["prepare_s"]
         assert record["prepare_s"] + record["generate_s"] + record["settle_s"] <= record["total_s"]
+    finally:
+        assert await session.stop() == 0
+
+
+async def test_rerank_weights_setting_takes_a_weights_file_fitted_for_the_model(tmp_path: Path) -> None:
+    """The shipped threshold abstains; the same weights with threshold 0 in a file of the user's
+    show the likely candidate; a file that is not reranker weights is refused with a message and
+    the previous weights stay."""
+    from context.rerank import load_reranker
+
+    shipped = load_reranker()
+    showing = tmp_path / "rerank-showing.json"
+    showing.write_text(type(shipped)(shipped.weights, shipped.bias, 0.0, {"note": "test"}).to_json())
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"features": ["mean_logprob"], "weights": [1.0]}')
+    session, uri = await _session(tmp_path, [["centroid(points)", LIKELY]])
+    try:
+        assert _texts(await session.inline(uri, 4, 13)) == []
+        session.client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"glm5": {"rerankWeights": str(showing)}}))
+        assert _texts(await session.inline(uri, 4, 13)) == ["centroid(points)"]
+        session.client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"glm5": {"rerankWeights": str(broken)}}))
+        warning = await session.wait_for(
+            lambda: next((m.message for m in session.messages("window/showMessage") if "rerankWeights" in m.message), None), 10, "a warning"
+        )
+        assert "broken.json" in warning and "expected" in warning
+        assert _texts(await session.inline(uri, 4, 13)) == ["centroid(points)"]
     finally:
         assert await session.stop() == 0
