@@ -138,12 +138,13 @@ def _percentile(values: list[float] | None, q: int) -> float | None:
 
 def print_table(name: str, count: int, table: dict[str, dict[str, float | None]]) -> None:
     print(f"\n{name} ({count} lines)")
-    print(f"{'completer':34} {'exact':>6} {'1st id':>6} {'edit':>6} {'pass@1':>6} {'shown':>6} {'prec.':>6} {'p50 ms':>7} {'p95 ms':>7}")
+    name_width = max(34, *(len(row) for row in table))
+    print(f"{'completer':{name_width}} {'exact':>6} {'1st id':>6} {'edit':>6} {'pass@1':>6} {'shown':>6} {'prec.':>6} {'p50 ms':>7} {'p95 ms':>7}")
     for row, m in table.items():
         def cell(key: str, scale: float = 100, width: int = 6) -> str:
             value = m[key]
             return f"{'-':>{width}}" if value is None else f"{value * scale:>{width}.1f}"
-        print(f"{row:34} {cell('exact')} {cell('first_ident')} {cell('edit_sim')} {cell('pass1')} {cell('show')} "
+        print(f"{row:{name_width}} {cell('exact')} {cell('first_ident')} {cell('edit_sim')} {cell('pass1')} {cell('show')} "
               f"{cell('precision')} {cell('p50_ms', 1, 7)} {cell('p95_ms', 1, 7)}")
 
 

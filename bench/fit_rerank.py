@@ -9,8 +9,8 @@ maximises (right answers shown - wrong answers shown), i.e. a suggestion is show
 is at least as likely right as wrong. It is chosen on leave-one-package-out predictions (each
 package's items scored by weights fitted on the other packages), because the evaluation is on
 packages the weights never saw: a threshold chosen on the fitted items themselves picks out a
-handful of lucky ones (0.19% shown, all right, on 515 items; out of fold those same weights
-showed 0 right in their top 1%). The shipped weights are then fitted on every item.
+handful of lucky ones (on 515 items: 0.19% shown, all right; out of fold, the top 1% of items
+held no right answer). The shipped weights are then fitted on every item.
 
 Usage: python -m bench.fit_rerank [--model DIR] [--per-package 40] [--out context/data/rerank.json]
                                 [--dump FILE] [--from-dump FILE]
