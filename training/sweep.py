@@ -63,6 +63,10 @@ VARIANTS = {v.name: v for v in (
             DEFAULT_SHARDS / "train-lines"),
     Variant("muon-lines-bf16-lr6e-3-b2", "muon-lines-bf16 with peak learning rate 6e-3 and 2 rows per step",
             (*MUON_BF16, "--lr", "6e-3", "--batch-size", "2"), DEFAULT_SHARDS / "train-lines"),
+    Variant("muon-lines-bf16-lr6e-3-min0", "muon-lines-bf16-lr6e-3 with the cosine decaying to zero instead of 10%",
+            (*MUON_BF16, "--lr", "6e-3", "--min-lr-ratio", "0"), DEFAULT_SHARDS / "train-lines"),
+    Variant("muon-lines-bf16-lr6e-3-wd0", "muon-lines-bf16-lr6e-3 without weight decay",
+            (*MUON_BF16, "--lr", "6e-3", "--weight-decay", "0"), DEFAULT_SHARDS / "train-lines"),
 )}
 
 
