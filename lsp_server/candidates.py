@@ -254,7 +254,7 @@ def settle_sync(engine: Any, plan: Plan, prepared: pipeline.Prepared, result: Ge
 def active_reranker(path: str | None = None) -> Reranker | None:
     """The reranker weights at `path` (None: the shipped ones), read again when the file changes;
     None, logged, when they cannot be read (candidates are then ranked by likelihood)."""
-    file = Path(path) if path else WEIGHTS_PATH
+    file = Path(path).expanduser() if path else WEIGHTS_PATH
     try:
         return _reranker_at(file, file.stat().st_mtime_ns)
     except (OSError, ValueError) as exc:

@@ -32,8 +32,9 @@ Role: one frozen `ServerSettings` value; every change makes a new one. The keys 
     rerank                pick among candidates with the fitted reranker (`context.rerank`);
                           off: the highest mean log-likelihood wins
     abstain               show nothing when the reranker is not confident (needs rerank)
-    rerankWeights         a reranker weights file (`bench/fit_rerank.py --out FILE`, fitted for
-                          the model in use) instead of the shipped one; null: the shipped one
+    rerankWeights         a reranker weights file (`python -m bench.fit_rerank --out FILE`, fitted for
+                          the model in use; `~` expands, a relative path starts at the server's
+                          working directory) instead of the shipped one; null: the shipped one
     engine                a remote OpenAI-compatible engine instead of the in-process one (start-up only):
                           a URL, or {url, model, apiKeyEnv, caBundle, timeoutMs, maxConcurrency,
                           promptFormat} (`model_runtime.remote.config`); `model` then only names
@@ -150,7 +151,7 @@ def parse_settings(raw: Any, base: ServerSettings) -> tuple[ServerSettings, list
             continue
         if name == "rerank_weights" and value is not None:
             try:
-                load_reranker(Path(value))
+                load_reranker(Path(value).expanduser())
             except ValueError as exc:
                 problems.append(f"setting {key!r}: {exc} (kept {getattr(base, name)!r})")
                 continue
