@@ -107,8 +107,11 @@ def candidate_rows(explained: list[dict]) -> tuple[list[list[float]], list[int],
 def best_per_item(reranker: Reranker, rows: list[list[float]], labels: list[int], groups: list[int], items: list[int]) -> list[tuple[float, bool]]:
     """For each of `items`: its best candidate's probability and whether that one is right
     ((0, False) for an item without a scored candidate)."""
+    wanted = set(items)
     best: dict[int, tuple[float, bool]] = {}
     for x, y, g in zip(rows, labels, groups):
+        if g not in wanted:
+            continue
         p = reranker.probability(Features(tuple(x)))
         if g not in best or p > best[g][0]:
             best[g] = (p, bool(y))
