@@ -3,7 +3,7 @@
 Asks a real `lsp_server --stdio` (all components on, no abstaining) for `glm5.explainContext`
 at blanked lines of `quality_sets.TUNING_PACKAGES` (half lines using a name from another file of
 the package, half random code lines), labels every candidate 1 when it equals the blanked line,
-and fits a logistic regression (pure Python: full-batch gradient descent with L2, features as
+and fits a logistic regression (numpy: full-batch gradient descent with L2, features as
 `context.rerank.FEATURES`). The abstain threshold is then chosen for precision: the one that
 maximises (right answers shown - wrong answers shown), i.e. a suggestion is shown only where it
 is at least as likely right as wrong. It is chosen on leave-one-package-out predictions (each
@@ -26,6 +26,8 @@ import math
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 from bench.bench_quality import ROWS
 from bench.quality_client import RowServer
 from bench.quality_sets import TUNING_PACKAGES, Item, package_items, package_random_items
@@ -35,25 +37,19 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def fit_logistic(rows: list[list[float]], labels: list[int], l2: float = 1e-3, epochs: int = 3000, rate: float = 0.5) -> tuple[list[float], float]:
-    """Weights and bias minimising the mean log-loss + l2/2 |w|^2 (positives weighted to balance)."""
-    n, d = len(rows), len(rows[0])
-    positives = max(1, sum(labels))
-    weight_pos = (n - positives) / positives if positives < n else 1.0
-    w, b = [0.0] * d, 0.0
+    """Weights and bias minimising the mean log-loss + l2/2 |w|^2 (positives weighted to balance);
+    full-batch gradient descent."""
+    x, y = np.asarray(rows, dtype=np.float64), np.asarray(labels, dtype=np.float64)
+    positives = max(1.0, y.sum())
+    weight = np.where(y == 1, (len(y) - positives) / positives if positives < len(y) else 1.0, 1.0)
+    total = weight.sum()
+    w, b = np.zeros(x.shape[1]), 0.0
     for _ in range(epochs):
-        grad, grad_b, total = [0.0] * d, 0.0, 0.0
-        for x, y in zip(rows, labels):
-            z = b + sum(wi * xi for wi, xi in zip(w, x))
-            p = 1 / (1 + math.exp(-max(-30.0, min(30.0, z))))
-            c = weight_pos if y else 1.0
-            err = c * (p - y)
-            total += c
-            grad_b += err
-            for j in range(d):
-                grad[j] += err * x[j]
-        w = [wi - rate * (g / total + l2 * wi) for wi, g in zip(w, grad)]
-        b -= rate * grad_b / total
-    return w, b
+        p = 1 / (1 + np.exp(-np.clip(x @ w + b, -30.0, 30.0)))
+        err = weight * (p - y)
+        w -= rate * (x.T @ err / total + l2 * w)
+        b -= rate * err.sum() / total
+    return [float(v) for v in w], float(b)
 
 
 def choose_threshold(best: list[tuple[float, bool]]) -> tuple[float, dict[str, float]]:

@@ -9,6 +9,9 @@ Role: each candidate (the model's n-best and the retrieval candidates) gets `Fea
   does not have (the scopes of `constraints.Site`; Python only);
 - `repeats`: it re-types the next line or the rest of the cursor line;
 - where it came from (model rank, retrieval source) and how many sources agree on it;
+- retrieval's evidence: whether it is the best similar-line candidate (the baseline's answer),
+  its match's similarity, how many good matches are followed by it (support), and the
+  similar-context match's similarity;
 - `unfinished`: the model's candidate hit the token limit before the line ended.
 A `Reranker` (logistic regression weights, stored as data in `data/rerank.json`, fitted by
 `bench/fit_rerank.py` on holes that are not the evaluation's) turns features into the
@@ -34,6 +37,7 @@ WEIGHTS_PATH = Path(__file__).with_name("data") / "rerank.json"
 FEATURES = (
     "mean_logprob", "logprob", "parses", "undefined", "repeats", "blank", "model", "model_top",
     "similar_line", "similar_context", "identifier", "call", "agreement", "tokens", "unfinished",
+    "similar_top", "similarity", "support", "context_similarity",
 )
 _STRING = re.compile(r"[rbfuRBFU]{0,2}(\"\"\"[\s\S]*?\"\"\"|'''[\s\S]*?'''|\"(?:\\.|[^\"\\])*\"?|'(?:\\.|[^'\\])*'?)")
 _LEX = re.compile(r"[A-Za-z_]\w*|\d[\w.]*|==|!=|<=|>=|:=|->|\*\*|//|#.*|[^\s\w]")
@@ -54,6 +58,10 @@ class Scored:
     logprob: float  # log p(text + end) under the FIM prompt
     tokens: int
     finished: bool = True  # False for a model candidate cut off by the token limit
+    similar_rank: int | None = None  # rank among the similar-line candidates (0 = the baseline's answer)
+    similarity: float = 0.0  # the similar-line match's token Jaccard
+    support: int = 0  # how many good similar-line matches are followed by this text
+    context_similarity: float = 0.0  # the similar-context match's mean Jaccard
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +91,10 @@ def features(site: Site, candidate: Scored) -> Features:
         "agreement": float(len(set(candidate.sources)) - 1),
         "tokens": min(tokens, 40) / 10,
         "unfinished": float(not candidate.finished),
+        "similar_top": float(candidate.similar_rank == 0),
+        "similarity": candidate.similarity,
+        "support": min(candidate.support, 4) / 4,
+        "context_similarity": candidate.context_similarity,
     }
     return Features(tuple(values[name] for name in FEATURES))
 

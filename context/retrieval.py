@@ -6,7 +6,9 @@ Four sources, each tagged:
 - "similar-line": the line after the line most like the one above the cursor (token Jaccard),
   in this file and in related files (open documents, files this one imports or is imported by,
   files of its directory), re-indented to the cursor's block. Its best candidate alone is the
-  non-neural baseline "line after the most similar line".
+  non-neural baseline "line after the most similar line". Each carries its match's similarity
+  and its support: how many of the best matches are followed by the same text (evidence the
+  reranker weighs).
 - "similar-context": lines of this file whose neighbours (the lines above and below) look like
   the cursor's (the "most similar line in the file" baseline of `training.baselines`).
 - "identifier": completions of the identifier being typed from the names defined at the cursor,
@@ -35,6 +37,8 @@ from context.tags import Import, extract_tags
 MAX_RELATED_FILES = 24
 MAX_FILE_CHARS = 200_000
 INDENT_UNIT = "    "
+SUPPORT_WINDOW = 64  # the best-matching lines whose following lines are placed and counted
+SUPPORT_RATIO = 0.8  # a match supports its following line when it scores this share of the best
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 _DEF = re.compile(r"\bdef\s+([A-Za-z_]\w*)\s*\(([^)]*)\)", re.S)
 _IDENT = re.compile(r"[A-Za-z_]\w*")
@@ -46,6 +50,8 @@ class Retrieved:
     text: str  # what to insert at the cursor (one line)
     source: str  # "similar-line", "similar-context", "identifier" or "call"
     detail: str = ""  # where it came from
+    similarity: float = 0.0  # similar-line: the best match's Jaccard; similar-context: the mean of its two
+    support: int = 0  # similar-line: how many well-matching lines are followed by this same text
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,15 +115,17 @@ def similar_lines(site: Site, index: WorkspaceIndex | None, read: TextSource, li
             if nxt is not None and score > 0:
                 scored.append((score * 0.95, -10_000, other[i], other[nxt], f"{path}:{nxt + 1}"))
     scored.sort(key=lambda s: (s[0], s[1]), reverse=True)
-    found: list[Retrieved] = []
-    for _, _, line, after, where in scored:
+    best: dict[str, tuple[float, str]] = {}  # text -> (its best match's score, where)
+    support: dict[str, int] = {}
+    for k, (score, _, line, after, where) in enumerate(scored):
+        if k >= SUPPORT_WINDOW and len(best) >= limit:
+            break
         text = _place(site, lines[above], line, after)
-        if text is not None and all(f.text != text for f in found):
-            found.append(Retrieved(text, "similar-line", where))
-            if len(found) >= limit:
-                break
-    return found
-
+        if text is None:
+            continue
+        best.setdefault(text, (score, where))
+        support[text] = support.get(text, 0) + (score >= SUPPORT_RATIO * scored[0][0])
+    return [Retrieved(text, "similar-line", where, score, support[text]) for text, (score, where) in list(best.items())[:limit]]
 
 def context_lines(site: Site, limit: int = 2) -> list[Retrieved]:
     """Lines of this file whose neighbours look like the cursor's: the line above each scored
@@ -138,10 +146,10 @@ def context_lines(site: Site, limit: int = 2) -> list[Retrieved]:
             scored.append((score, -abs(i - row), i))
     scored.sort(reverse=True)
     found: list[Retrieved] = []
-    for _, _, i in scored:
+    for score, _, i in scored:
         text = _continue(site, lines[i])
         if text is not None and text.strip() and all(f.text != text for f in found):
-            found.append(Retrieved(text, "similar-context", f"{site.snapshot.path}:{i + 1}"))
+            found.append(Retrieved(text, "similar-context", f"{site.snapshot.path}:{i + 1}", score / 2))
             if len(found) >= limit:
                 break
     return found

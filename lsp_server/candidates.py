@@ -28,7 +28,7 @@ import asyncio
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -161,6 +161,7 @@ class _Entry:
     logprob: float  # the engine's, for model candidates (no end token); -inf otherwise
     tokens: int
     finished: bool = True
+    evidence: dict[str, float] = field(default_factory=dict)  # retrieval's: Scored's similar_rank, similarity, ...
 
 
 def pool(plan: Plan, prepared: pipeline.Prepared, result: GenerationResult) -> list[_Entry]:
@@ -175,12 +176,23 @@ def pool(plan: Plan, prepared: pipeline.Prepared, result: GenerationResult) -> l
         if text not in entries:
             finished = candidate.finish_reason is not FinishReason.LENGTH
             entries[text] = _Entry(text, ["model"], rank, candidate.logprob, len(candidate.token_ids), finished)
+    similar_rank = 0
     for item in plan.retrieved:
         text = pipeline.finish(prepared, item.text)
         if text in entries:
             entries[text].sources.append(item.source)
         elif text.strip():
             entries[text] = _Entry(text, [item.source], None, -math.inf, 0)
+        else:
+            continue
+        evidence = entries[text].evidence
+        if item.source == "similar-line":
+            evidence.setdefault("similar_rank", similar_rank)
+            similar_rank += 1
+            evidence["similarity"] = max(evidence.get("similarity", 0.0), item.similarity)
+            evidence["support"] = max(evidence.get("support", 0), item.support)
+        elif item.source == "similar-context":
+            evidence["context_similarity"] = max(evidence.get("context_similarity", 0.0), item.similarity)
     return list(entries.values())
 
 
@@ -199,13 +211,11 @@ def decide(plan: Plan, entries: Sequence[_Entry], scores: Sequence[ContinuationS
     """Rerank `entries` with the engine's `scores` (None: the engine cannot score) and choose."""
     if scores is None:
         own = [e for e in entries if e.model_rank is not None]
-        scored = [Scored(e.text, tuple(e.sources), e.model_rank, e.logprob, e.tokens, e.finished) for e in own]
+        scored = [_scored(e, e.logprob, e.tokens) for e in own]
         best = min(range(len(own)), key=lambda i: own[i].model_rank or 0) if own else None
         text = scored[best].text if best is not None else ""
         return Decision(text, False, False, tuple(scored), Choice(best, tuple(e.logprob for e in own), False), ())
-    scored = [
-        Scored(e.text, tuple(e.sources), e.model_rank, s.logprob, s.num_tokens, e.finished) for e, s in zip(entries, scores, strict=True)
-    ]
+    scored = [_scored(e, s.logprob, s.num_tokens) for e, s in zip(entries, scores, strict=True)]
     site = plan.site
     reranker = active_reranker(plan.rerank_weights) if plan.rerank else None
     if site is None:
@@ -215,6 +225,10 @@ def decide(plan: Plan, entries: Sequence[_Entry], scores: Sequence[ContinuationS
     choice, feats = choose(site, scored, reranker, plan.abstain)
     text = scored[choice.index].text if choice.index is not None else ""
     return Decision(text, choice.abstained, True, tuple(scored), choice, tuple(feats))
+
+
+def _scored(entry: _Entry, logprob: float, tokens: int) -> Scored:
+    return Scored(entry.text, tuple(entry.sources), entry.model_rank, logprob, tokens, entry.finished, **entry.evidence)
 
 
 def unscored(plan: Plan, entries: Sequence[_Entry]) -> Decision:

@@ -88,3 +88,16 @@ def test_abstains_when_the_best_candidate_is_unlikely(site) -> None:
     assert choice.index is None and choice.abstained
     choice, _ = choose(site, candidates, load_reranker(), abstain=False)
     assert choice.index is not None
+
+
+def test_retrieval_evidence_becomes_features(site) -> None:
+    """The baseline's answer (rank 0 among similar-line candidates), its match's similarity and
+    support, and the similar-context match's similarity reach the reranker as features."""
+    top = Scored("centroid(points)", ("similar-line",), None, -4.0, 7, similar_rank=0, similarity=0.9, support=6)
+    second = Scored("Point(points)", ("similar-line", "similar-context"), None, -4.0, 7, similar_rank=1, similarity=0.5,
+                    support=1, context_similarity=0.75)
+    choice, feats = choose(site, [top, second], None, abstain=False)
+    first, other = feats[0].as_dict(), feats[1].as_dict()
+    assert (first["similar_top"], first["similarity"], first["support"], first["context_similarity"]) == (1.0, 0.9, 1.0, 0.0)
+    assert (other["similar_top"], other["similarity"], other["support"], other["context_similarity"]) == (0.0, 0.5, 0.25, 0.75)
+    assert choice.index is not None

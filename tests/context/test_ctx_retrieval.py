@@ -121,3 +121,23 @@ def test_the_line_after_a_similar_line_skips_any_run_of_blank_lines(tmp_path: Pa
     index.build()
     related = [f for f in similar_lines(site, index, disk_reader({}), 3) if "helpers.py" in f.detail]
     assert [f.text for f in related] == ["    return name.upper()"]
+
+
+def test_similar_lines_carry_their_matchs_similarity_and_support(tmp_path: Path) -> None:
+    """Each candidate reports the Jaccard of the line that proposed it, and how many well-matching
+    lines (at least `SUPPORT_RATIO` of the best) are followed by the same text: here two of the
+    three `name = ...` lines are followed by `size = ...`, the third by `title = ...`."""
+    marked = (
+        'def a(config):\n    name = config.get("name")\n    size = config.get("size")\n\n\n'
+        'def b(config):\n    name = config.get("name")\n    size = config.get("size")\n\n\n'
+        'def c(config):\n    name = config.get("name")\n    title = config.get("title")\n\n\n'
+        'def d(config):\n    name = config.get("name")\n┃\n'
+    )
+    site, index = site_for(tmp_path, marked)
+    found = similar_lines(site, index, disk_reader({}), 3)
+    by_text = {f.text: f for f in found}
+    size, title = by_text['    size = config.get("size")'], by_text['    title = config.get("title")']
+    assert size.similarity == title.similarity == 1.0
+    assert (size.support, title.support) == (2, 1)
+    assert all(0.0 < f.similarity <= 1.0 for f in found)
+    assert all(f.similarity <= found[0].similarity for f in found)

@@ -146,3 +146,29 @@ async def test_rerank_weights_setting_takes_a_weights_file_fitted_for_the_model(
         assert _texts(await session.inline(uri, 4, 13)) == ["centroid(points)"]
     finally:
         assert await session.stop() == 0
+
+
+async def test_explain_reports_retrievals_evidence_for_its_candidates(tmp_path: Path) -> None:
+    """Similar-line candidates reach the reranker with their evidence: exactly one is the
+    baseline's answer (`similar_top`: the nearest of the equally good matches, followed by
+    `title`), each has its match's similarity, and a line that two matches are followed by has
+    more support than one followed by a single match."""
+    session, _ = await _session(tmp_path, [], {"abstain": False})
+    text = (
+        'def a(config):\n    name = config.get("name")\n    size = config.get("size")\n\n\n'
+        'def b(config):\n    name = config.get("name")\n    size = config.get("size")\n\n\n'
+        'def c(config):\n    name = config.get("name")\n    title = config.get("title")\n\n\n'
+        'def d(config):\n    name = config.get("name")\n\n'
+    )
+    uri = session.create("settings.py", text)
+    try:
+        explained = await session.command("glm5.explainContext", {"uri": uri, "position": {"line": 17, "character": 0}})
+        similar = {c["text"]: c["features"] for c in explained["candidates"] if "similar-line" in c["sources"]}
+        size, title = similar['    size = config.get("size")'], similar['    title = config.get("title")']
+        assert [f["similar_top"] for f in similar.values()].count(1.0) == 1 and title["similar_top"] == 1.0
+        assert size["similarity"] == title["similarity"] == 1.0
+        assert size["support"] > title["support"] > 0.0
+        others = [c["features"] for c in explained["candidates"] if "similar-line" not in c["sources"]]
+        assert all(f["similar_top"] == 0.0 and f["similarity"] == 0.0 for f in others)
+    finally:
+        assert await session.stop() == 0
