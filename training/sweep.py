@@ -67,6 +67,8 @@ VARIANTS = {v.name: v for v in (
             (*MUON_BF16, "--lr", "6e-3", "--min-lr-ratio", "0"), DEFAULT_SHARDS / "train-lines"),
     Variant("muon-lines-bf16-lr6e-3-wd0", "muon-lines-bf16-lr6e-3 without weight decay",
             (*MUON_BF16, "--lr", "6e-3", "--weight-decay", "0"), DEFAULT_SHARDS / "train-lines"),
+    Variant("muon-lines-bf16-lr6e-3-mtp4", "muon-lines-bf16-lr6e-3 with the MTP layer trained on every 4th step",
+            (*MUON_BF16, "--lr", "6e-3", "--mtp-every", "4"), DEFAULT_SHARDS / "train-lines"),
 )}
 
 

@@ -46,6 +46,13 @@ def test_indexer_can_train_on_every_nth_step_only(shards, tokenizer_dir, tmp_pat
     assert with_kl == [1, 4, 7]
 
 
+def test_mtp_layer_can_train_on_every_nth_step_only(shards, tokenizer_dir, tmp_path):
+    assert main(train_args(shards, tokenizer_dir, tmp_path, "--mtp-every", "3")) == 0
+    records = [r for r in log_records(tmp_path) if "loss" in r]
+    assert [r["step"] for r in records if "mtp_loss" in r] == [1, 4, 7]
+    assert all(r["loss"] == pytest.approx(r["lm_loss"] + r.get("indexer_kl", 0.0), rel=1e-4) for r in records if "mtp_loss" not in r)
+
+
 def test_export_is_a_runtime_checkpoint_with_tokenizer_and_summary(straight_run):
     from model_runtime.runtime import load_model
 
