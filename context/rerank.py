@@ -10,8 +10,9 @@ Role: each candidate (the model's n-best and the retrieval candidates) gets `Fea
 - `repeats`: it re-types the next line or the rest of the cursor line;
 - where it came from (model rank, retrieval source) and how many sources agree on it;
 - retrieval's evidence: whether it is the best similar-line candidate (the baseline's answer),
-  its match's similarity, how many good matches are followed by it (support), and the
-  similar-context match's similarity;
+  its match's similarity, how many good matches are followed by it (support), the
+  similar-context match's similarity, and the same rank and similarity for the wider
+  "similar-window" search;
 - `unfinished`: the model's candidate hit the token limit before the line ended.
 A `Reranker` (logistic regression weights, stored as data in `data/rerank.json`, fitted by
 `bench/fit_rerank.py` on holes that are not the evaluation's) turns features into the
@@ -37,7 +38,7 @@ WEIGHTS_PATH = Path(__file__).with_name("data") / "rerank.json"
 FEATURES = (
     "mean_logprob", "logprob", "parses", "undefined", "repeats", "blank", "model", "model_top",
     "similar_line", "similar_context", "identifier", "call", "agreement", "tokens", "unfinished",
-    "similar_top", "similarity", "support", "context_similarity",
+    "similar_top", "similarity", "support", "context_similarity", "window_top", "window_similarity",
 )
 _STRING = re.compile(r"[rbfuRBFU]{0,2}(\"\"\"[\s\S]*?\"\"\"|'''[\s\S]*?'''|\"(?:\\.|[^\"\\])*\"?|'(?:\\.|[^'\\])*'?)")
 _LEX = re.compile(r"[A-Za-z_]\w*|\d[\w.]*|==|!=|<=|>=|:=|->|\*\*|//|#.*|[^\s\w]")
@@ -62,6 +63,8 @@ class Scored:
     similarity: float = 0.0  # the similar-line match's token Jaccard
     support: int = 0  # how many good similar-line matches are followed by this text
     context_similarity: float = 0.0  # the similar-context match's mean Jaccard
+    window_rank: int | None = None  # rank among the similar-window candidates
+    window_similarity: float = 0.0  # the similar-window match's score (0-1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +98,8 @@ def features(site: Site, candidate: Scored) -> Features:
         "similarity": candidate.similarity,
         "support": min(candidate.support, 4) / 4,
         "context_similarity": candidate.context_similarity,
+        "window_top": float(candidate.window_rank == 0),
+        "window_similarity": candidate.window_similarity,
     }
     return Features(tuple(values[name] for name in FEATURES))
 

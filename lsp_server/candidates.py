@@ -176,7 +176,7 @@ def pool(plan: Plan, prepared: pipeline.Prepared, result: GenerationResult) -> l
         if text not in entries:
             finished = candidate.finish_reason is not FinishReason.LENGTH
             entries[text] = _Entry(text, ["model"], rank, candidate.logprob, len(candidate.token_ids), finished)
-    similar_rank = 0
+    ranks = {"similar-line": 0, "similar-window": 0}
     for item in plan.retrieved:
         text = pipeline.finish(prepared, item.text)
         if text in entries:
@@ -185,15 +185,23 @@ def pool(plan: Plan, prepared: pipeline.Prepared, result: GenerationResult) -> l
             entries[text] = _Entry(text, [item.source], None, -math.inf, 0)
         else:
             continue
-        evidence = entries[text].evidence
-        if item.source == "similar-line":
-            evidence.setdefault("similar_rank", similar_rank)
-            similar_rank += 1
-            evidence["similarity"] = max(evidence.get("similarity", 0.0), item.similarity)
-            evidence["support"] = max(evidence.get("support", 0), item.support)
-        elif item.source == "similar-context":
-            evidence["context_similarity"] = max(evidence.get("context_similarity", 0.0), item.similarity)
+        _add_evidence(entries[text].evidence, item, ranks)
     return list(entries.values())
+
+
+def _add_evidence(evidence: dict[str, float], item: Retrieved, ranks: dict[str, int]) -> None:
+    """Retrieval's evidence for one candidate (`Scored`'s fields), the best over its sources."""
+    if item.source == "similar-line":
+        evidence.setdefault("similar_rank", ranks["similar-line"])
+        ranks["similar-line"] += 1
+        evidence["similarity"] = max(evidence.get("similarity", 0.0), item.similarity)
+        evidence["support"] = max(evidence.get("support", 0), item.support)
+    elif item.source == "similar-window":
+        evidence.setdefault("window_rank", ranks["similar-window"])
+        ranks["similar-window"] += 1
+        evidence["window_similarity"] = max(evidence.get("window_similarity", 0.0), item.similarity)
+    elif item.source == "similar-context":
+        evidence["context_similarity"] = max(evidence.get("context_similarity", 0.0), item.similarity)
 
 
 def score_request(plan: Plan, entries: Sequence[_Entry], tokenizer: Any, request_id: str) -> ScoreRequest:

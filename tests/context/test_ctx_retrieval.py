@@ -10,7 +10,16 @@ from context.document import Document
 from context.index import WorkspaceIndex
 from context.members import disk_reader
 from context.positions import TextIndex
-from context.retrieval import call_candidates, context_lines, identifier_completions, previous_line, retrieve, similar_lines
+from context.retrieval import (
+    RetrievalOptions,
+    call_candidates,
+    context_lines,
+    identifier_completions,
+    previous_line,
+    retrieve,
+    similar,
+    similar_lines,
+)
 
 CURSOR = "┃"
 
@@ -91,12 +100,18 @@ def test_identifier_completions_come_from_the_names_in_scope(tmp_path: Path) -> 
 
 
 def test_retrieve_merges_sources_uniquely(tmp_path: Path) -> None:
+    """Each (text, source) once; a text two sources propose comes once from each, with its own
+    evidence; at most `limit` distinct texts."""
     site, index = site_for(tmp_path, CONFIG)
     found = retrieve(site, index, disk_reader({}))
-    texts = [f.text for f in found]
-    assert len(texts) == len(set(texts))
-    assert {"similar-line", "call"} <= {f.source for f in found}
-    assert all("\n" not in t and t.strip() for t in texts)
+    keys = [(f.text, f.source) for f in found]
+    assert len(keys) == len(set(keys))
+    assert {"similar-line", "similar-window", "call"} <= {f.source for f in found}
+    assert all("\n" not in f.text and f.text.strip() for f in found)
+    size = [f for f in found if f.text == '    size = config.get("size")']
+    assert {f.source for f in size} >= {"similar-line", "similar-window"} and all(f.similarity > 0 for f in size)
+    few = retrieve(site, index, disk_reader({}), RetrievalOptions(limit=2))
+    assert len({f.text for f in few}) == 2 and {f.text for f in few} <= {f.text for f in found}
 
 
 def test_context_lines_match_the_neighbours_above_and_below(tmp_path: Path) -> None:
@@ -141,3 +156,19 @@ def test_similar_lines_carry_their_matchs_similarity_and_support(tmp_path: Path)
     assert (size.support, title.support) == (2, 1)
     assert all(0.0 < f.similarity <= 1.0 for f in found)
     assert all(f.similarity <= found[0].similarity for f in found)
+
+
+def test_the_wider_window_prefers_the_match_whose_neighbours_also_match(tmp_path: Path) -> None:
+    """Two `x = parse(text)` lines; only one sits between the same neighbours as the cursor
+    (`text = read(path)` above it, `return x` below its follower). The one-line search picks
+    the nearer match's follower; the window picks the other one's."""
+    marked = (
+        "def a(path):\n    text = read(path)\n    x = parse(text)\n    x.check()\n    return x\n\n\n"
+        "def b(stream):\n    text = stream.read()\n    x = parse(text)\n    log(x)\n    stream.close()\n\n\n"
+        "def c(path):\n    text = read(path)\n    x = parse(text)\n┃\n    return x\n"
+    )
+    site, index = site_for(tmp_path, marked)
+    by_line, by_window = similar(site, index, disk_reader({}), 1, 1)
+    assert [f.text for f in by_line] == ["    log(x)"]
+    assert [f.text for f in by_window] == ["    x.check()"] and by_window[0].source == "similar-window"
+    assert 0.0 < by_window[0].similarity <= 1.0
