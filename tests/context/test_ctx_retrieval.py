@@ -85,9 +85,13 @@ def test_calls_to_imported_functions_with_required_parameter_names(tmp_path: Pat
     assert calls == ["centroid(points)", "scale(points, factor)"]
 
 
-def test_call_at_a_blank_line_is_indented_and_typed_prefix_is_removed(tmp_path: Path) -> None:
+def test_calls_need_something_typed_on_the_line_and_lose_the_typed_prefix(tmp_path: Path) -> None:
+    """No bare call statement at the start of a blank line (right for none of 1,259 on the
+    tuning packages); after `c = cen` the call's rest."""
     site, index = site_for(tmp_path, CONFIG)
-    assert "    centroid(points)" in [c.text for c in call_candidates(site, index, 4)]
+    assert call_candidates(site, index, 4) == []
+    site, index = site_for(tmp_path, CONFIG.replace("┃", "    ┃"))
+    assert call_candidates(site, index, 4) == []
     site, index = site_for(tmp_path, CONFIG.replace("┃", "    c = cen┃"))
     assert [c.text for c in call_candidates(site, index, 4)] == ["troid(points)"]
 
@@ -106,7 +110,7 @@ def test_retrieve_merges_sources_uniquely(tmp_path: Path) -> None:
     found = retrieve(site, index, disk_reader({}))
     keys = [(f.text, f.source) for f in found]
     assert len(keys) == len(set(keys))
-    assert {"similar-line", "similar-window", "call"} <= {f.source for f in found}
+    assert {"similar-line", "similar-window", "similar-context"} <= {f.source for f in found}
     assert all("\n" not in f.text and f.text.strip() for f in found)
     size = [f for f in found if f.text == '    size = config.get("size")']
     assert {f.source for f in size} >= {"similar-line", "similar-window"} and all(f.similarity > 0 for f in size)
