@@ -127,27 +127,39 @@ def similar(
         if score > 0:
             by_line.append((score * weight, distance, other[i], other[nxt], where))
             found.append((other, i, nxt, weight))
-    by_window: list[tuple[float, int, str, str, str]] = []
-    kept: list[float] = []  # min-heap of the best SUPPORT_WINDOW window scores so far
-    bound = 1 + WINDOW_ABOVE + WINDOW_BELOW
-    order = sorted(range(len(by_line)), key=lambda k: by_line[k][0], reverse=True) if windows_limit else []
-    for k in order:
-        line_score = by_line[k][0]
-        if line_score < WINDOW_FLOOR * by_line[order[0]][0]:
-            break  # only good line matches are widened
-        if len(kept) >= SUPPORT_WINDOW and (line_score + WINDOW_ABOVE + WINDOW_BELOW) / bound < kept[0]:
-            break  # no later match can enter the best SUPPORT_WINDOW
-        other, i, nxt, weight = found[k]
-        up, down = _nearest_code(other, i - 1, -1), _nearest_code(other, nxt + 1, +1)
-        extra = WINDOW_ABOVE * _jaccard(_tokens(other[up]) if up is not None else frozenset(), reference_above)
-        extra += WINDOW_BELOW * _jaccard(_tokens(other[down]) if down is not None else frozenset(), reference_below)
-        score = (by_line[k][0] + extra * weight) / bound
-        by_window.append((score, *by_line[k][1:]))
-        heapq.heappush(kept, score) if len(kept) < SUPPORT_WINDOW else heapq.heappushpop(kept, score)
+    by_window = _widened(by_line, found, reference_above, reference_below) if windows_limit else []
     return (
         _ranked(site, lines[above], by_line, lines_limit, "similar-line"),
         _ranked(site, lines[above], by_window, windows_limit, "similar-window"),
     )
+
+
+def _widened(
+    by_line: list[tuple[float, int, str, str, str]],
+    found: list[tuple[list[str], int, int, float]],
+    reference_above: frozenset[str],
+    reference_below: frozenset[str],
+) -> list[tuple[float, int, str, str, str]]:
+    """The similar-window scores of the line matches at least `WINDOW_FLOOR` as good as the best
+    (best first, stopping once no later match can enter the best `SUPPORT_WINDOW`)."""
+    by_window: list[tuple[float, int, str, str, str]] = []
+    kept: list[float] = []  # min-heap of the best SUPPORT_WINDOW window scores so far
+    bound = 1 + WINDOW_ABOVE + WINDOW_BELOW
+    order = sorted(range(len(by_line)), key=lambda k: by_line[k][0], reverse=True)
+    for k in order:
+        line_score = by_line[k][0]
+        if line_score < WINDOW_FLOOR * by_line[order[0]][0]:
+            break
+        if len(kept) >= SUPPORT_WINDOW and (line_score + WINDOW_ABOVE + WINDOW_BELOW) / bound < kept[0]:
+            break
+        other, i, nxt, weight = found[k]
+        up, down = _nearest_code(other, i - 1, -1), _nearest_code(other, nxt + 1, +1)
+        extra = WINDOW_ABOVE * _jaccard(_tokens(other[up]) if up is not None else frozenset(), reference_above)
+        extra += WINDOW_BELOW * _jaccard(_tokens(other[down]) if down is not None else frozenset(), reference_below)
+        score = (line_score + extra * weight) / bound
+        by_window.append((score, *by_line[k][1:]))
+        heapq.heappush(kept, score) if len(kept) < SUPPORT_WINDOW else heapq.heappushpop(kept, score)
+    return by_window
 
 
 def _matches(site: Site, index: WorkspaceIndex | None, read: TextSource, above: int) -> Iterator[tuple[list[str], int, int, str, float, int]]:
@@ -190,6 +202,7 @@ def _ranked(site: Site, above: str, scored: list[tuple[float, int, str, str, str
         best.setdefault(text, (score, where))
         support[text] = support.get(text, 0) + (score >= SUPPORT_RATIO * scored[0][0])
     return [Retrieved(text, source, where, score, support[text]) for text, (score, where) in list(best.items())[:limit]]
+
 
 def context_lines(site: Site, limit: int = 2) -> list[Retrieved]:
     """Lines of this file whose neighbours look like the cursor's: the line above each scored
