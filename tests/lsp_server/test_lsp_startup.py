@@ -32,6 +32,8 @@ async def test_a_failed_load_is_reported_and_completions_get_its_reason(tmp_path
     session = await _start(tmp_path, fail="weights are corrupt")
     try:
         await session.wait_for(lambda: any(p["state"] == "error" for p in session.messages("glm5/status")), what="error status")
+        # the message follows the status notification: a loaded machine may deliver it a moment later
+        await session.wait_for(lambda: session.messages("window/showMessage"), what="an error message")
         shown = [m.message for m in session.messages("window/showMessage")]
         assert any("weights are corrupt" in m for m in shown)
         uri = session.open(tmp_path / "a.py", "x = \n")
