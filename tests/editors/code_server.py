@@ -218,6 +218,19 @@ class Workbench:
                 raise AssertionError(f"timed out waiting: {what}")
             time.sleep(0.1)
 
+    def save_until(self, predicate, what: str, attempts: int = 3, timeout_s: float = 15) -> None:
+        """Press Ctrl+S until `predicate` holds of the file on disk. A save keystroke that the
+        browser drops on a loaded machine is pressed again; an edit the editor never made still
+        fails, after every attempt."""
+        for attempt in range(attempts):
+            self.page.keyboard.press("Control+S")
+            try:
+                self.wait_until(predicate, what, timeout_s)
+                return
+            except AssertionError:
+                if attempt == attempts - 1:
+                    raise
+
     def wait_for_text(self, text: str, timeout_s: float = 30) -> None:
         """Wait until some editor shows a line containing `text`."""
         self.wait_until(

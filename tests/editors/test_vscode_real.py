@@ -110,8 +110,7 @@ def test_fake_server_streams_ghost_text_and_tab_accepts_it(code_server_module, t
 
             bench.page.keyboard.press("Tab")
             bench.wait_ghost(lambda text: text == "", timeout_s=10)
-            bench.page.keyboard.press("Control+S")
-            bench.wait_until(lambda: "result -= 0" in (workspace / "main.py").read_text(), "the file was saved")
+            bench.save_until(lambda: "result -= 0" in (workspace / "main.py").read_text(), "the file was saved")
             check_accepted(workspace / "main.py", before.replace("result += ", "result += ar"), len("        result += ar"), FAKE_COMPLETION)
 
             bench.run_command("GLM-5: Show context of the last completion")
@@ -214,8 +213,7 @@ def test_real_server_ghost_text_and_attention_heat_map(code_server_module, tmp_p
             save_capture(bench.page, tmp_path, "vscode-ghost-text.png")
             bench.page.keyboard.press("Tab")
             bench.wait_ghost(lambda text: text == "", timeout_s=10)
-            bench.page.keyboard.press("Control+S")
-            bench.wait_until(lambda: "total += rectangle_" in (root / "shapes.py").read_text(), "the file was saved")
+            bench.save_until(lambda: "total += rectangle_" in (root / "shapes.py").read_text(), "the file was saved")
             expected = SHAPES.replace("total += \n", f"total += rectangle_{shown}\n")
             saved = (root / "shapes.py").read_text()
             assert [x.rstrip() for x in saved.split("\n")] == [x.rstrip() for x in expected.split("\n")]
