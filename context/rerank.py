@@ -15,24 +15,36 @@ Role: each candidate (the model's n-best and the retrieval candidates) gets `Fea
   "similar-window" search;
 - `unfinished`: the model's candidate hit the token limit before the line ended.
 A `Reranker` (logistic regression weights, stored as data in `data/rerank.json`, fitted by
-`bench/fit_rerank.py` on holes that are not the evaluation's) turns features into the
-probability that the candidate is exactly right; `choose` shows the best one, or nothing when
-that probability is under the stored threshold (abstain).
+`bench/fit_rerank.py` on holes that are not the evaluation's; `active_reranker` reads them
+again when the file changes) turns features into the probability that the candidate is exactly
+right; `choose` shows the best one, or nothing when that probability is under the stored
+threshold (abstain).
 
-Invariants: pure; never raises on candidate text; the same inputs give the same choice (ties
-break on candidate order).
+`ceiling` bounds the probability a candidate can reach before the model has scored it (its
+log-likelihood unknown) or proposed it (whether the n-best joins it unknown), `floor` the
+lowest a scored candidate can get, and `novel_ceiling` bounds a model candidate no retrieval
+source proposed, whatever its text. When the bounds settle the choice (every ceiling under the
+threshold, or one floor above the threshold and every other ceiling), the server skips the model
+work that cannot change it (see `lsp_server/candidates.py`): the same choice, sooner.
+
+Invariants: pure (but `active_reranker`, which reads the weights file); never raises on
+candidate text; the same inputs give the same choice (ties break on candidate order).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 
 from context.constraints import Site
+
+log = logging.getLogger(__name__)
 
 WEIGHTS_PATH = Path(__file__).with_name("data") / "rerank.json"
 FEATURES = (
@@ -40,6 +52,7 @@ FEATURES = (
     "similar_line", "similar_context", "identifier", "call", "agreement", "tokens", "unfinished",
     "similar_top", "similarity", "support", "context_similarity", "window_top", "window_similarity",
 )
+TEXT_CHECKS = ("parses", "undefined", "repeats", "blank")  # set by the candidate's text
 _STRING = re.compile(r"[rbfuRBFU]{0,2}(\"\"\"[\s\S]*?\"\"\"|'''[\s\S]*?'''|\"(?:\\.|[^\"\\])*\"?|'(?:\\.|[^'\\])*'?)")
 _LEX = re.compile(r"[A-Za-z_]\w*|\d[\w.]*|==|!=|<=|>=|:=|->|\*\*|//|#.*|[^\s\w]")
 _BINDERS = frozenset({"def", "class", "as", "import", "global", "nonlocal", "from"})
@@ -112,14 +125,72 @@ class Reranker:
     meta: dict
 
     def probability(self, feats: Features) -> float:
-        z = self.bias + sum(w * x for w, x in zip(self.weights, feats.values))
-        return 1 / (1 + math.exp(-max(-30.0, min(30.0, z))))
+        return _sigmoid(self.logit(feats.as_dict()))
+
+    def logit(self, values: dict[str, float]) -> float:
+        return self.bias + sum(w * values[name] for w, name in zip(self.weights, FEATURES))
+
+    def likelihood_lift(self, tokens: int) -> float:
+        """The most the two likelihood features can add for a `tokens`-token continuation, over
+        every log-likelihood L <= 0 (mean L / tokens, and max(-60, L) / 10): a linear function
+        of L on [-60, 0] and on (-inf, -60], so its maximum is at 0 or -60 (inf when the mean's
+        weight is negative)."""
+        mean, total = self.weights[FEATURES.index("mean_logprob")], self.weights[FEATURES.index("logprob")]
+        if mean < 0:
+            return math.inf
+        return max(0.0, -60 * mean / tokens - 6 * total)
 
     def to_json(self) -> str:
         return json.dumps(
             {"features": list(FEATURES), "weights": list(self.weights), "bias": self.bias, "threshold": self.threshold, "meta": self.meta},
             indent=1,
         )
+
+
+def _sigmoid(z: float) -> float:
+    return 1 / (1 + math.exp(-max(-30.0, min(30.0, z))))
+
+
+def ceiling(site: Site, candidate: Scored, reranker: Reranker, model_may_join: bool, scored: bool = False) -> float:
+    """The highest probability `reranker` can give `candidate` once the model scores it
+    (`candidate.tokens` is the scored length; its `logprob` is ignored unless `scored`) and, with
+    `model_may_join` and the model not among its sources yet, once the model's n-best proposes
+    it too, at any rank, finished or not."""
+    values = features(site, candidate if scored else replace(candidate, logprob=0.0)).as_dict()
+    options = _join_options(values, candidate) if model_may_join else [values]
+    lift = 0.0 if scored else reranker.likelihood_lift(max(1, candidate.tokens))
+    return _sigmoid(max(reranker.logit(v) for v in options) + lift)
+
+
+def floor(site: Site, candidate: Scored, reranker: Reranker) -> float:
+    """The lowest probability `reranker` can give the scored `candidate` over the ways the model's
+    n-best may or may not propose it too."""
+    return _sigmoid(min(reranker.logit(v) for v in _join_options(features(site, candidate).as_dict(), candidate)))
+
+
+def _join_options(values: dict[str, float], candidate: Scored) -> list[dict[str, float]]:
+    """`values` as they are, and as they would be if the model's n-best proposed the candidate
+    too, at any rank, finished or not."""
+    if candidate.model_rank is not None:
+        return [values]
+    agreement = float(len(set(candidate.sources) | {"model"}) - 1)
+    return [values] + [
+        values | {"model": 1.0, "model_top": top, "unfinished": cut, "agreement": agreement}
+        for top in (0.0, 1.0) for cut in (0.0, 1.0)
+    ]
+
+
+def novel_ceiling(reranker: Reranker) -> float:
+    """The highest probability `reranker` can give a model candidate that no retrieval source
+    proposed: no evidence, any text checks, any rank, and any length with its likelihood."""
+    weight = dict(zip(FEATURES, reranker.weights))
+    values = dict.fromkeys(FEATURES, 0.0) | {"model": 1.0}
+    for name in (*TEXT_CHECKS, "model_top", "unfinished"):
+        values[name] = float(weight[name] > 0)
+    base = reranker.logit(values)
+    lengths = [base + weight["tokens"] * n / 10 + reranker.likelihood_lift(n) for n in range(1, 41)]
+    longest = base + weight["tokens"] * 4 + reranker.likelihood_lift(10**9)  # past 40 tokens the lift only grows
+    return _sigmoid(max(*lengths, longest))
 
 
 def load_reranker(path: Path = WEIGHTS_PATH) -> Reranker:
@@ -135,6 +206,22 @@ def load_reranker(path: Path = WEIGHTS_PATH) -> Reranker:
         return Reranker(tuple(float(w) for w in raw["weights"]), float(raw["bias"]), float(raw["threshold"]), dict(raw.get("meta", {})))
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"{path}: reranker weights need numeric weights, bias and threshold: {exc!r}") from exc
+
+
+def active_reranker(path: str | None = None) -> Reranker | None:
+    """The reranker weights at `path` (None: the shipped ones), read again when the file changes;
+    None, logged, when they cannot be read (candidates are then ranked by likelihood)."""
+    file = Path(path).expanduser() if path else WEIGHTS_PATH
+    try:
+        return _reranker_at(file, file.stat().st_mtime_ns)
+    except (OSError, ValueError) as exc:
+        log.error("reranking by likelihood only: %s", exc)
+        return None
+
+
+@lru_cache(maxsize=8)
+def _reranker_at(file: Path, mtime_ns: int) -> Reranker:
+    return load_reranker(file)
 
 
 @dataclass(frozen=True, slots=True)

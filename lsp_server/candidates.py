@@ -17,6 +17,21 @@ streamed until the decision, then the final text is published once: a ghost text
 reranker then replaces, or an abstention then retracts, flickers a wrong suggestion in front of
 the user, which is worse than waiting the ~one batched forward the decision costs.
 
+Skipping what cannot change the answer (with abstaining on, `skipUnreachable`): the model adds
+only likelihoods to the features, and whether its n-best proposes a retrieval candidate too.
+`make_plan` bounds, over both, the probability each retrieval candidate could reach
+(`context.rerank.ceiling`), and that of any text of the model's own (`novel_ceiling`); when the
+latter is under the threshold only retrieval candidates can be shown (`Reach.contenders`). Then:
+1. no contender: abstain at once, with no decode and no scoring (`Plan.out_of_reach`);
+2. else `prescore` scores the contenders alone (one batched forward, which also fills the
+   prompt's KV) and bounds them again with their likelihoods known: none in reach, abstain
+   without decoding; one whose lowest probability (`floor`, over the ways the model could
+   join it) reaches the threshold and beats every other's highest, show it without decoding;
+3. else the n-best is decoded (it only tells which contenders the model proposes too) and the
+   reranker chooses among the contenders with those scores.
+The answer is the full pipeline's (the others cannot reach the threshold), except for an engine
+whose scoring fails at run time: without skipping it would fall back to the model's own text.
+
 Degrading: an engine without candidates gives one (its text); an engine whose `score` raises
 (a remote engine, say) leaves only the model's own candidates, ranked as the engine ranked them,
 with no abstaining (today's behaviour).
@@ -28,16 +43,14 @@ import asyncio
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
-from functools import lru_cache
-from pathlib import Path
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from context.constraints import Site, build_site, constraint_spec
 from context.document import DocumentSnapshot
 from context.index import WorkspaceIndex
 from context.members import disk_reader
-from context.rerank import WEIGHTS_PATH, Choice, Features, Reranker, Scored, choose, load_reranker
+from context.rerank import Choice, Features, Reranker, Scored, active_reranker, ceiling, choose, floor, novel_ceiling
 from context.retrieval import Retrieved, retrieve
 from model_runtime.api import (
     ConstraintSpec,
@@ -58,6 +71,24 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
+class Reach:
+    """What could be shown, bounded before the model runs."""
+
+    ceiling: float  # the best probability any candidate could reach, whatever the model says
+    threshold: float
+    contenders: tuple[str, ...]  # the retrieval texts whose bound reaches the threshold
+
+
+@dataclass(frozen=True, slots=True)
+class Prescored:
+    """The contenders scored before decoding."""
+
+    scores: dict[str, ContinuationScore]  # by text
+    in_reach: bool  # some contender could still reach the threshold, its likelihood known
+    certain: str | None = None  # the contender shown however the model's n-best turns out
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     """What one completion request asks of the engine, and what it will rerank."""
 
@@ -70,6 +101,12 @@ class Plan:
     abstain: bool
     can_score: bool = True
     rerank_weights: str | None = None  # the `rerankWeights` setting; None: the shipped weights
+    reach: Reach | None = None  # None: nothing is skipped (see the module docstring)
+
+    @property
+    def out_of_reach(self) -> bool:
+        """Whether the answer is an abstention whatever the model says."""
+        return self.reach is not None and not self.reach.contenders
 
     @property
     def gated(self) -> bool:
@@ -138,10 +175,18 @@ def make_plan(
     if settings.retrieval and site is not None:
         texts = {d.path: d.text for d in open_docs if d.path}
         retrieved = tuple(retrieve(site, index, disk_reader(texts)))
-    return Plan(
+    plan = Plan(
         site, constraint, ids, settings.num_candidates, retrieved, settings.rerank, settings.abstain and settings.rerank, can_score,
         settings.rerank_weights,
     )
+    reranker = active_reranker(plan.rerank_weights) if plan.abstain and settings.skip_unreachable and site is not None else None
+    novel = novel_ceiling(reranker) if reranker is not None else math.inf
+    if reranker is None or novel >= reranker.threshold:
+        return plan
+    entries = _merge_retrieved(plan, prepared, {})
+    bounds = _ceilings(plan, entries, tokenizer, reranker, model_may_join=True)
+    contenders = tuple(e.text for e, bound in zip(entries, bounds, strict=True) if bound >= reranker.threshold)
+    return replace(plan, reach=Reach(max([novel, *bounds]), reranker.threshold, contenders))
 
 
 def _heal(tokenizer: Any, ids: tuple[int, ...], typed: str) -> tuple[tuple[int, ...], str]:
@@ -176,6 +221,12 @@ def pool(plan: Plan, prepared: pipeline.Prepared, result: GenerationResult) -> l
         if text not in entries:
             finished = candidate.finish_reason is not FinishReason.LENGTH
             entries[text] = _Entry(text, ["model"], rank, candidate.logprob, len(candidate.token_ids), finished)
+    return _merge_retrieved(plan, prepared, entries)
+
+
+def _merge_retrieved(plan: Plan, prepared: pipeline.Prepared, entries: dict[str, _Entry]) -> list[_Entry]:
+    """`entries` (the model's, by text) then retrieval's candidates, each text once, with its
+    sources and evidence."""
     ranks = {"similar-line": 0, "similar-window": 0}
     for item in plan.retrieved:
         text = pipeline.finish(prepared, item.text)
@@ -206,9 +257,71 @@ def _add_evidence(evidence: dict[str, float], item: Retrieved, ranks: dict[str, 
 
 def score_request(plan: Plan, entries: Sequence[_Entry], tokenizer: Any, request_id: str) -> ScoreRequest:
     """One batched scoring of every candidate (heal prefix + text + end of middle)."""
-    end = tokenizer.special.eos_ids[0]
-    continuations = tuple(tuple(tokenizer.encode(plan.heal_prefix + e.text)) + (end,) for e in entries)
-    return ScoreRequest(f"{request_id}-score", plan.prompt_ids, continuations)
+    return ScoreRequest(f"{request_id}-score", plan.prompt_ids, tuple(_continuation(plan, e.text, tokenizer) for e in entries))
+
+
+def _continuation(plan: Plan, text: str, tokenizer: Any) -> tuple[int, ...]:
+    return tuple(tokenizer.encode(plan.heal_prefix + text)) + (tokenizer.special.eos_ids[0],)
+
+
+def _ceilings(plan: Plan, entries: Sequence[_Entry], tokenizer: Any, reranker: Reranker, model_may_join: bool) -> list[float]:
+    """Each entry's `context.rerank.ceiling` before scoring, at the length its scoring would have."""
+    assert plan.site is not None
+    return [
+        ceiling(plan.site, _scored(e, 0.0, len(_continuation(plan, e.text, tokenizer))), reranker, model_may_join)
+        for e in entries
+    ]
+
+
+def _contenders(plan: Plan, prepared: pipeline.Prepared) -> list[_Entry]:
+    assert plan.reach is not None
+    return [e for e in _merge_retrieved(plan, prepared, {}) if e.text in plan.reach.contenders]
+
+
+def _prescored(plan: Plan, entries: Sequence[_Entry], scores: Sequence[ContinuationScore]) -> Prescored | None:
+    """The contenders' bounds with their likelihoods known; None without readable weights."""
+    reranker = active_reranker(plan.rerank_weights)
+    if reranker is None or plan.site is None:
+        return None
+    scored = [_scored(e, s.logprob, s.num_tokens) for e, s in zip(entries, scores, strict=True)]
+    highs = [ceiling(plan.site, c, reranker, True, scored=True) for c in scored]
+    lows = [floor(plan.site, c, reranker) for c in scored]
+    certain = next(
+        (c.text for i, c in enumerate(scored)
+         if lows[i] >= reranker.threshold and all(lows[i] > high for j, high in enumerate(highs) if j != i)),
+        None,
+    )
+    return Prescored({e.text: s for e, s in zip(entries, scores)}, max(highs, default=0.0) >= reranker.threshold, certain)
+
+
+async def prescore(engine: Any, plan: Plan, prepared: pipeline.Prepared, tokenizer: Any, request_id: str) -> Prescored | None:
+    """Score the plan's contenders before decoding (step 2 of the module docstring); None when
+    the engine cannot (the full pipeline then runs)."""
+    entries = _contenders(plan, prepared)
+    try:
+        scores = await engine.score(score_request(plan, entries, tokenizer, f"{request_id}-pre"))
+    except (NotImplementedError, TimeoutError, RuntimeError, GenerationFailed) as exc:
+        log.info("contenders not scored (%s): running the full pipeline", exc)
+        return None
+    return await asyncio.to_thread(_prescored, plan, entries, scores)
+
+
+def prescore_sync(engine: Any, plan: Plan, prepared: pipeline.Prepared, tokenizer: Any) -> Prescored | None:
+    """`prescore` for a caller that owns its thread (the headless command)."""
+    entries = _contenders(plan, prepared)
+    try:
+        scores = engine.score(score_request(plan, entries, tokenizer, "headless-pre"))
+    except (NotImplementedError, AttributeError, TimeoutError, RuntimeError) as exc:
+        log.info("contenders not scored (%s): running the full pipeline", exc)
+        return None
+    return _prescored(plan, entries, scores)
+
+
+def _among_contenders(plan: Plan, entries: Sequence[_Entry], prescored: Prescored) -> Decision:
+    """The reranker's choice among the prescored contenders (step 3): no other entry can reach
+    the threshold, so the full pipeline would choose the same."""
+    kept = [e for e in entries if e.text in prescored.scores]
+    return decide(plan, kept, [prescored.scores[e.text] for e in kept])
 
 
 def needs_scores(plan: Plan, entries: Sequence[_Entry]) -> bool:
@@ -246,10 +359,14 @@ def unscored(plan: Plan, entries: Sequence[_Entry]) -> Decision:
     )
 
 
-async def settle(engine: Any, plan: Plan, prepared: pipeline.Prepared, result: GenerationResult, tokenizer: Any) -> Decision:
-    """Pool (on the event loop), score (one batched engine call) and decide (the reranker's
-    features parse and scan the file: on a worker thread)."""
+async def settle(
+    engine: Any, plan: Plan, prepared: pipeline.Prepared, result: GenerationResult, tokenizer: Any, prescored: Prescored | None = None
+) -> Decision:
+    """Pool (on the event loop), score (one batched engine call, unless `prescored`) and decide
+    (the reranker's features parse and scan the file: on a worker thread)."""
     entries = pool(plan, prepared, result)
+    if prescored is not None:
+        return await asyncio.to_thread(_among_contenders, plan, entries, prescored)
     if not needs_scores(plan, entries):
         return unscored(plan, entries)
     try:
@@ -260,9 +377,13 @@ async def settle(engine: Any, plan: Plan, prepared: pipeline.Prepared, result: G
     return await asyncio.to_thread(decide, plan, entries, scores)
 
 
-def settle_sync(engine: Any, plan: Plan, prepared: pipeline.Prepared, result: GenerationResult, tokenizer: Any) -> Decision:
+def settle_sync(
+    engine: Any, plan: Plan, prepared: pipeline.Prepared, result: GenerationResult, tokenizer: Any, prescored: Prescored | None = None
+) -> Decision:
     """`settle` for a caller that owns its thread (the headless command)."""
     entries = pool(plan, prepared, result)
+    if prescored is not None:
+        return _among_contenders(plan, entries, prescored)
     if not needs_scores(plan, entries):
         return unscored(plan, entries)
     try:
@@ -271,41 +392,3 @@ def settle_sync(engine: Any, plan: Plan, prepared: pipeline.Prepared, result: Ge
         log.info("candidates not scored (%s): showing the model's best", exc)
         scores = None
     return decide(plan, entries, scores)
-
-
-def active_reranker(path: str | None = None) -> Reranker | None:
-    """The reranker weights at `path` (None: the shipped ones), read again when the file changes;
-    None, logged, when they cannot be read (candidates are then ranked by likelihood)."""
-    file = Path(path).expanduser() if path else WEIGHTS_PATH
-    try:
-        return _reranker_at(file, file.stat().st_mtime_ns)
-    except (OSError, ValueError) as exc:
-        log.error("reranking by likelihood only: %s", exc)
-        return None
-
-
-@lru_cache(maxsize=8)
-def _reranker_at(file: Path, mtime_ns: int) -> Reranker:
-    return load_reranker(file)
-
-
-async def explain(engine: Any, prepared: pipeline.Prepared, plan: Plan, tokenizer: Any, request_id: str) -> dict[str, Any]:
-    """Run the completion as the server would and say what happened: the constraint (what it
-    allowed, which rules fired), every candidate with its score, and the choice."""
-    result = await engine.generate(plan.request(request_id, prepared.sampling))
-    decision = await settle(engine, plan, prepared, result, tokenizer)
-    spec = plan.constraint
-    return {
-        "completion": decision.text,
-        "abstained": decision.abstained,
-        "scored": decision.scored,
-        "candidates": decision.report(),
-        "constraint": None if spec is None else {
-            "healPrefix": spec.heal_prefix,
-            "singleLine": spec.single_line,
-            "openBrackets": spec.open_brackets,
-            "memberScopes": {s.qualifier: len(s.members) for s in spec.member_scopes},
-            "definedNames": None if spec.defined_names is None else len(spec.defined_names),
-            "report": None if result.constraint is None else asdict(result.constraint),
-        },
-    }

@@ -188,13 +188,27 @@ class Completions:
         )
         plan_done = time.perf_counter()
         record.update(prepare_s=plan_done - started, plan_s=plan_done - planning)
-        flight = self._launch(key, snapshot, offset, prepared, (plan, handle.tokenizer), job.trace_id, before, after)
+        prescored, prescore_s = None, 0.0
+        if plan.reach is not None and not plan.out_of_reach:  # score the contenders before decoding
+            prescored = await candidates.prescore(engine, plan, prepared, handle.tokenizer, job.trace_id)
+            prescore_s = time.perf_counter() - plan_done
+        if plan.out_of_reach or (prescored is not None and not prescored.in_reach):  # an abstention whatever the model says
+            record.update(settle_s=prescore_s)
+            self._check_version(snapshot)
+            return Answer("", job.trace_id, position, snapshot.version), "out_of_reach"
+        if prescored is not None and prescored.certain is not None:  # the choice whatever the model decodes
+            record.update(settle_s=prescore_s)
+            self._cache.put(snapshot.uri, before, after, prescored.certain)
+            self._check_version(snapshot)
+            timing.saw_text()
+            return Answer(prescored.certain, job.trace_id, position, snapshot.version), "answered"
+        flight = self._launch(key, snapshot, offset, prepared, (plan, handle.tokenizer, prescored), job.trace_id, before, after)
         text = await self._follow(flight, "", job, request_id, timing)
         result = flight.done.result()
         record.update(
             prompt_tokens=result.prompt_tokens, cached_tokens=result.cached_tokens,
             prefilled_tokens=result.prefilled_tokens, decode_steps=result.decode_steps,
-            generated_tokens=len(result.token_ids), generate_s=flight.generate_s, settle_s=flight.settle_s,
+            generated_tokens=len(result.token_ids), generate_s=flight.generate_s, settle_s=flight.settle_s + prescore_s,
         )
         self._check_version(snapshot)
         return Answer(text, job.trace_id, position, snapshot.version), "answered" if text else "empty"
@@ -205,11 +219,14 @@ class Completions:
             raise StaleRequest(snapshot.uri, snapshot.version, current)
 
     # ---- generations in flight ------------------------------------------------------------
-    def _launch(self, key, snapshot, offset, prepared, planned: tuple[candidates.Plan, Any], request_id: str, before: str, after: str) -> InFlight:
+    def _launch(
+        self, key, snapshot, offset, prepared, planned: tuple[candidates.Plan, Any, candidates.Prescored | None], request_id: str,
+        before: str, after: str,
+    ) -> InFlight:
         """Start a generation owned by the server (it may outlive this request). A gated plan
         (candidates, reranking) publishes only its decision (see `candidates`)."""
         engine, cache = self._engine, self._cache
-        plan, tokenizer = planned
+        plan, tokenizer, prescored = planned
         flight = InFlight(key[0], key[1], snapshot.version, snapshot.text, offset, prepared, request_id,
                           asyncio.get_running_loop().create_future())
         self._flights[key] = flight
@@ -232,7 +249,7 @@ class Completions:
                     text = "" if plan.gated else pipeline.finish(prepared, result.text)
                 else:
                     settling = time.perf_counter()
-                    text = (await candidates.settle(engine, plan, prepared, result, tokenizer)).text
+                    text = (await candidates.settle(engine, plan, prepared, result, tokenizer, prescored)).text
                     flight.settle_s = time.perf_counter() - settling
             except BaseException as exc:
                 flight.done.set_exception(exc)

@@ -88,6 +88,8 @@ def run_complete(args: argparse.Namespace) -> int:
     settings = ServerSettings()
     if args.max_tokens is not None:
         settings = replace(settings, max_tokens=args.max_tokens, single_line_max_tokens=args.max_tokens)
+    if args.no_abstain:
+        settings = replace(settings, abstain=False)
     language = language_for(None, str(path))
     document = Document(path.resolve().as_uri(), language.name if language else "plaintext", 1, text)
     root = args.workspace.resolve() if args.workspace else workspace_root(path)
@@ -114,6 +116,15 @@ def _generate(handle, document: Document, position: Position, settings: ServerSe
     assert prepared.prompt is not None  # force=True always builds a prompt
     plan = candidates.make_plan(prepared, settings, handle.tokenizer, index, [], getattr(handle.engine, "score", None) is not None)
     out = _LineStreamer(prepared)
+    prescored = None
+    if plan.reach is not None and not plan.out_of_reach:
+        prescored = candidates.prescore_sync(handle.engine, plan, prepared, handle.tokenizer)
+    settled = _settled_early(plan, prescored)
+    if settled is not None:
+        text, why = settled
+        out.finish(text)
+        print(f"[{len(prepared.prompt.ids)} prompt tokens, {why}, {time.perf_counter() - started:.2f} s]", file=sys.stderr)
+        return 0
     done = threading.Event()
     box: list[GenerationResult] = []
 
@@ -127,7 +138,7 @@ def _generate(handle, document: Document, position: Position, settings: ServerSe
     if result.finish_reason is FinishReason.ERROR:
         print(f"lsp_server complete: generation failed: {result.error}", file=sys.stderr)
         return 1
-    decision = candidates.settle_sync(handle.engine, plan, prepared, result, handle.tokenizer)
+    decision = candidates.settle_sync(handle.engine, plan, prepared, result, handle.tokenizer, prescored)
     out.finish(decision.text)
     shown = "abstained: no candidate was confident" if decision.abstained else f"{len(decision.candidates)} candidates"
     print(
@@ -136,6 +147,22 @@ def _generate(handle, document: Document, position: Position, settings: ServerSe
         file=sys.stderr,
     )
     return 0
+
+
+def _settled_early(plan: candidates.Plan, prescored: candidates.Prescored | None) -> tuple[str, str] | None:
+    """(text, why) when the answer was settled without decoding (see `candidates`), else None."""
+    if plan.reach is None:
+        return None
+    threshold = f"threshold {plan.reach.threshold:.3f}"
+    if plan.out_of_reach:
+        return "", (f"abstained: no candidate could reach the reranker's threshold (best possible {plan.reach.ceiling:.3f}, "
+                    f"{threshold}), the model was not run")
+    if prescored is not None and not prescored.in_reach:
+        return "", (f"abstained: no candidate could reach the reranker's threshold ({threshold}, with the likelihoods "
+                    f"the model gave), the model scored {len(prescored.scores)} candidates and did not decode")
+    if prescored is not None and prescored.certain is not None:
+        return prescored.certain, "shown without decoding: nothing the model could decode would change the reranker's choice"
+    return None
 
 
 class _LineStreamer:

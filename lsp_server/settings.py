@@ -32,6 +32,9 @@ Role: one frozen `ServerSettings` value; every change makes a new one. The keys 
     rerank                pick among candidates with the fitted reranker (`context.rerank`);
                           off: the highest mean log-likelihood wins
     abstain               show nothing when the reranker is not confident (needs rerank)
+    skipUnreachable       with abstain, skip the model's decode (or its scoring) when no candidate
+                          could reach the reranker's threshold whatever the model says: the same
+                          answer, sooner (`lsp_server.candidates`); off only to measure it
     rerankWeights         a reranker weights file (`python -m bench.fit_rerank --out FILE`, fitted for
                           the model in use; `~` expands, a relative path starts at the server's
                           working directory) instead of the shipped one; null: the shipped one
@@ -86,6 +89,7 @@ class ServerSettings:
     retrieval: bool = True
     rerank: bool = True
     abstain: bool = True
+    skip_unreachable: bool = True
     rerank_weights: str | None = None
     engine: RemoteConfig | None = None
 
@@ -125,6 +129,7 @@ _CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "retrieval": (lambda v: isinstance(v, bool), "true or false"),
     "rerank": (lambda v: isinstance(v, bool), "true or false"),
     "abstain": (lambda v: isinstance(v, bool), "true or false"),
+    "skip_unreachable": (lambda v: isinstance(v, bool), "true or false"),
     "rerank_weights": (lambda v: v is None or (isinstance(v, str) and v != ""), "a weights file path or null"),
     "engine": (lambda v: v is None or isinstance(v, str | Mapping), "a URL or an object {url, model, apiKeyEnv, ...}"),
 }

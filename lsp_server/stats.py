@@ -24,7 +24,7 @@ class RequestRecord:
 
     request_id: str
     uri: str
-    outcome: str  # answered | empty | cache_hit | superseded | stale | cancelled | failed
+    outcome: str  # answered | empty | out_of_reach | cache_hit | superseded | stale | cancelled | failed
     kind: str = ""  # empty | single_line | multi_line
     first_text_s: float | None = None  # request received -> first streamed text
     total_s: float = 0.0  # request received -> answer
@@ -79,8 +79,8 @@ class ServerStats:
         seen.append(completion_id)
 
     def summary(self, recent: int = 0) -> dict[str, object]:
-        done = [r for r in self.records if r.outcome in ("answered", "empty", "cache_hit")]
-        engine = [r for r in done if r.outcome != "cache_hit"]
+        done = [r for r in self.records if r.outcome in ("answered", "empty", "out_of_reach", "cache_hit")]
+        engine = [r for r in done if r.outcome not in ("cache_hit", "out_of_reach")]
         return {
             "completions": dict(self.outcomes),
             "telemetry": {e: self.telemetry[e] for e in TELEMETRY_EVENTS},

@@ -29,7 +29,7 @@ from typing import Any
 from lsprotocol import types
 from pygls.uris import from_fs_path
 
-from .. import candidates, convert
+from .. import candidates, convert, pipeline
 from ..errors import InvalidParams
 from .code_actions import APPLY_FIX, compute, workspace_edit
 from .inline_completion import ACCEPT_COMMAND
@@ -117,7 +117,7 @@ async def forced_prompt(ls: Glm5Server, uri: str, position: Any, command: str):
 
 async def explain(ls: Glm5Server, uri: str, position: Any, run: bool = True) -> dict[str, Any]:
     """What the model sees at `position`; with `run`, also the completion run there: its
-    candidates, their scores and what the constraint did (`candidates.explain`)."""
+    candidates, their scores and what the constraint did (`_run_completion`)."""
     snapshot, handle, prepared = await forced_prompt(ls, uri, position, "glm5.explainContext")
     encoding, prompt = ls.state.encoding, prepared.prompt
     outcome: dict[str, Any] = {}
@@ -125,7 +125,7 @@ async def explain(ls: Glm5Server, uri: str, position: Any, run: bool = True) -> 
         plan = await asyncio.to_thread(
             candidates.make_plan, prepared, ls.settings, handle.tokenizer, ls.index, ls.open_snapshots(exclude=uri), ls.engine.can_score
         )
-        outcome = await candidates.explain(ls.engine, prepared, plan, handle.tokenizer, f"explain-{snapshot.version}-{id(plan)}")
+        outcome = await _run_completion(ls.engine, prepared, plan, handle.tokenizer, f"explain-{snapshot.version}-{id(plan)}")
     return {
         **outcome,
         "uri": uri,
@@ -145,6 +145,34 @@ async def explain(ls: Glm5Server, uri: str, position: Any, run: bool = True) -> 
             for s in prompt.snippets_used
         ],
         "budget": asdict(prepared.budget) if prepared.budget is not None else None,
+    }
+
+
+async def _run_completion(
+    engine: Any, prepared: pipeline.Prepared, plan: candidates.Plan, tokenizer: Any, request_id: str
+) -> dict[str, Any]:
+    """Run the completion and say what happened: the constraint (what it
+    allowed, which rules fired), every candidate with its score, and the choice. This runs the
+    full pipeline, even where the server skips the model (`reach` says what it would skip), so
+    that every candidate can be seen."""
+    result = await engine.generate(plan.request(request_id, prepared.sampling))
+    decision = await candidates.settle(engine, plan, prepared, result, tokenizer)
+    spec = plan.constraint
+    return {
+        "completion": decision.text,
+        "abstained": decision.abstained,
+        "scored": decision.scored,
+        "outOfReach": plan.out_of_reach,  # the server would not have run the model
+        "reach": None if plan.reach is None else asdict(plan.reach),
+        "candidates": decision.report(),
+        "constraint": None if spec is None else {
+            "healPrefix": spec.heal_prefix,
+            "singleLine": spec.single_line,
+            "openBrackets": spec.open_brackets,
+            "memberScopes": {s.qualifier: len(s.members) for s in spec.member_scopes},
+            "definedNames": None if spec.defined_names is None else len(spec.defined_names),
+            "report": None if result.constraint is None else asdict(result.constraint),
+        },
     }
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,9 @@ from context.constraints import build_site
 from context.document import Document
 from context.index import WorkspaceIndex
 from context.positions import Position
-from context.rerank import FEATURES, Scored, choose, load_reranker, parses, repeats, undefined_names
+from context.rerank import (
+    FEATURES, Reranker, Scored, ceiling, choose, features, floor, load_reranker, novel_ceiling, parses, repeats, undefined_names,
+)
 
 GEOMETRY = "class Point:\n    def __init__(self, x):\n        self.x = x\n\n\ndef centroid(points):\n    return Point(sum(points))\n"
 APP = "from geometry import Point, centroid\n\n\ndef main(points):\n    center = \n    print(center.x)\n"
@@ -101,3 +105,87 @@ def test_retrieval_evidence_becomes_features(site) -> None:
     assert (first["similar_top"], first["similarity"], first["support"], first["context_similarity"]) == (1.0, 0.9, 1.0, 0.0)
     assert (other["similar_top"], other["similarity"], other["support"], other["context_similarity"]) == (0.0, 0.5, 0.25, 0.75)
     assert choice.index is not None
+
+
+LOGPROBS = (0.0, -0.01, -0.5, -3.0, -20.0, -59.9, -60.0, -60.1, -75.0, -400.0, -1e6)
+RETRIEVED = (
+    Scored("centroid(points)", ("call",), None, 0.0, 7),
+    Scored("centroid(points)", ("similar-line", "similar-window"), None, 0.0, 7, similar_rank=0, similarity=0.95, support=5,
+           window_rank=0, window_similarity=0.9),
+    Scored("Point(points).x + centroid(points) - 1", ("similar-context",), None, 0.0, 33, context_similarity=0.8),
+    Scored("centroid(points", ("identifier",), None, 0.0, 1),
+    Scored("    " + "x + " * 30 + "x", ("similar-line",), None, 0.0, 64, similar_rank=2, similarity=0.4, support=1),
+)
+
+
+def _rerankers() -> list[Reranker]:
+    """The shipped weights, and random ones (any sign) with a non-negative mean-likelihood weight."""
+    shipped = load_reranker()
+    rng = random.Random(7)
+    out = [shipped]
+    for _ in range(20):
+        weights = tuple(rng.uniform(-3, 3) for _ in FEATURES)
+        weights = (abs(weights[0]), *weights[1:])
+        out.append(Reranker(weights, rng.uniform(-3, 3), 0.9, {}))
+    return out
+
+
+@pytest.mark.parametrize("candidate", RETRIEVED, ids=lambda c: ",".join(c.sources))
+def test_the_ceiling_bounds_every_likelihood_and_every_way_the_model_can_join(site, candidate: Scored) -> None:
+    """Whatever the model's scoring (any log-likelihood) and n-best (it proposes the text or not,
+    first or later, finished or cut off), the probability stays at or under the ceiling, and the
+    ceiling is reached by one of them (it is the maximum, not a loose bound)."""
+    for reranker in _rerankers():
+        bound = ceiling(site, candidate, reranker, model_may_join=True)
+        alone = ceiling(site, candidate, reranker, model_may_join=False)
+        joined = [replace(candidate, sources=(*candidate.sources, "model"), model_rank=rank, finished=done)
+                  for rank in (0, 3) for done in (True, False)]
+        reached = 0.0
+        for variant in (candidate, *joined):
+            for logprob in LOGPROBS:
+                p = reranker.probability(features(site, replace(variant, logprob=logprob)))
+                assert p <= bound + 1e-12
+                if variant is candidate:
+                    assert p <= alone + 1e-12
+                reached = max(reached, p)
+        assert reached == pytest.approx(bound, abs=1e-9)
+        assert alone <= bound
+
+
+def test_the_novel_ceiling_bounds_any_model_candidate_no_retrieval_proposed(site) -> None:
+    texts = ("", "e", "centroid(points)", "centroid(points", "print(center.x)", "zzz qq", "# TODO", "x" * 200)
+    for reranker in _rerankers():
+        bound = novel_ceiling(reranker)
+        for text in texts:
+            for tokens in (1, 2, 7, 39, 40, 41, 64, 500):
+                for rank, done in ((0, True), (2, False)):
+                    for logprob in LOGPROBS:
+                        scored = Scored(text, ("model",), rank, logprob, tokens, done)
+                        assert reranker.probability(features(site, scored)) <= bound + 1e-12
+
+
+def test_with_the_shipped_weights_the_models_own_text_alone_can_never_be_shown() -> None:
+    """What makes skipping the model possible: a candidate with no retrieval evidence stays under
+    the shipped threshold whatever the model thinks of it."""
+    reranker = load_reranker()
+    assert novel_ceiling(reranker) < reranker.threshold
+
+
+def test_a_negative_mean_likelihood_weight_has_no_ceiling(site) -> None:
+    shipped = load_reranker()
+    inverted = Reranker((-abs(shipped.weights[0]), *shipped.weights[1:]), shipped.bias, shipped.threshold, {})
+    top = inverted.probability(features(site, replace(RETRIEVED[0], logprob=-1e9, model_rank=0)))  # the clamp's maximum
+    assert ceiling(site, RETRIEVED[0], inverted, model_may_join=True) == top == pytest.approx(1.0)
+    assert novel_ceiling(inverted) == top
+
+
+@pytest.mark.parametrize("candidate", RETRIEVED, ids=lambda c: ",".join(c.sources))
+def test_with_the_likelihood_known_floor_and_ceiling_are_the_extremes_over_how_the_model_joins(site, candidate: Scored) -> None:
+    for reranker in _rerankers():
+        for logprob in LOGPROBS:
+            scored = replace(candidate, logprob=logprob)
+            joined = [replace(scored, sources=(*scored.sources, "model"), model_rank=rank, finished=done)
+                      for rank in (0, 3) for done in (True, False)]
+            probabilities = [reranker.probability(features(site, v)) for v in (scored, *joined)]
+            assert floor(site, scored, reranker) == pytest.approx(min(probabilities), abs=1e-12)
+            assert ceiling(site, scored, reranker, model_may_join=True, scored=True) == pytest.approx(max(probabilities), abs=1e-12)

@@ -35,10 +35,20 @@ def project(tmp_path_factory) -> Path:
 
 def test_complete_streams_a_completion_to_stdout(project, tiny_checkpoint):
     done = lsp_server("complete", f"{project / 'main.py'}:4:9", "--workspace", str(project),
-                      "--model", str(tiny_checkpoint), "--max-tokens", "6")
+                      "--model", str(tiny_checkpoint), "--max-tokens", "6", "--no-abstain")
     assert done.returncode == 0, done.stderr
     assert "prompt tokens" in done.stderr and "generated" in done.stderr
+    assert done.stdout.strip()  # without abstaining the best candidate is printed
     assert "\n" not in done.stdout.rstrip("\n")  # a single-line completion at the end of `value = `
+
+
+def test_complete_abstains_without_running_the_model_when_no_candidate_can_be_shown(project, tiny_checkpoint):
+    """The shipped reranker cannot show any candidate at `value = ` here, whatever the random
+    model says: nothing is printed and the model is not run."""
+    done = lsp_server("complete", f"{project / 'main.py'}:4:9", "--workspace", str(project), "--model", str(tiny_checkpoint))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == ""
+    assert "the model was not run" in done.stderr and "generated" not in done.stderr
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,9 @@ async def test_server_without_a_model_uses_the_embedded_one(tmp_path):
     (tmp_path / "util.py").write_text("def compute_total(items):\n    return sum(items)\n")
     main = tmp_path / "main.py"
     main.write_text("from util import compute_total\n\nitems = [1, 2, 3]\ntotal = \n")
-    session = await Session.start([sys.executable, "-m", "lsp_server", "--stdio"], [tmp_path], init_options={"warmup": False})
+    session = await Session.start(  # the model must run: no skipping it when no candidate is in reach
+        [sys.executable, "-m", "lsp_server", "--stdio"], [tmp_path], init_options={"warmup": False, "skipUnreachable": False}
+    )
     try:
         await session.wait_ready()
         uri = session.open(main)

@@ -110,13 +110,18 @@ async def test_twenty_rapid_requests_decode_only_for_the_last(session: Session, 
     uri = session.open(app / "rapid.py", "values = [1, 2, 3]\ncount = \n")
     # A long debounce for the burst: on a loaded CI machine the server may read two requests of
     # the burst more than the session's 300 ms apart, and the earlier one would then start.
-    session.client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"glm5": {"debounceMs": 2000}}))
+    # The model must run for the last request: no skipping it when no candidate is in reach.
+    session.client.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(settings={"glm5": {"debounceMs": 2000, "skipUnreachable": False}})
+    )
     before = (await session.stats())["engine"]
     futures = [session.inline_request(uri, 1, 8, msg_id=f"burst-{i}") for i in range(20)]
     try:
         outcomes = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures), return_exceptions=True)
     finally:
-        session.client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"glm5": {"debounceMs": 300}}))
+        session.client.workspace_did_change_configuration(
+            types.DidChangeConfigurationParams(settings={"glm5": {"debounceMs": 300, "skipUnreachable": True}})
+        )
     assert all(isinstance(o, JsonRpcException) and o.code == types.LSPErrorCodes.ServerCancelled for o in outcomes[:-1])
     assert isinstance(outcomes[-1], types.InlineCompletionList)
     after = await session.stats(recent=1)

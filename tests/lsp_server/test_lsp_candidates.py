@@ -50,15 +50,136 @@ async def test_reranking_shows_the_likely_retrieval_candidate_over_the_models_te
         assert await session.stop() == 0
 
 
+def _weights(tmp_path: Path, threshold: float, **changed: float) -> dict[str, object]:
+    """The `rerankWeights` setting for the shipped weights at another threshold, with some
+    features' weights `changed`."""
+    from context.rerank import FEATURES, load_reranker
+
+    shipped = load_reranker()
+    weights = tuple(changed.get(name, w) for name, w in zip(FEATURES, shipped.weights))
+    path = tmp_path / f"rerank-{threshold}-{len(changed)}.json"
+    path.write_text(type(shipped)(weights, shipped.bias, threshold, {"note": "test"}).to_json())
+    return {"rerankWeights": str(path)}
+
+
 async def test_abstains_with_no_item_when_no_candidate_is_likely(tmp_path: Path) -> None:
-    session, uri = await _session(tmp_path, [])
+    """At threshold 0.3 the call candidate could be shown if the model found it likely; it
+    scores it unlikely, so the server abstains after scoring."""
+    session, uri = await _session(tmp_path, [], _weights(tmp_path, 0.3))
     try:
         assert _texts(await session.inline(uri, 4, 13)) == []
         explained = await session.command("glm5.explainContext", {"uri": uri, "position": {"line": 4, "character": 13}})
         assert explained["abstained"] is True and explained["completion"] == ""
-        assert explained["scored"] is True
+        assert explained["scored"] is True and explained["outOfReach"] is False
         assert {"centroid(points)", MODEL} <= {c["text"] for c in explained["candidates"]}
         assert not any(c["chosen"] for c in explained["candidates"])
+    finally:
+        assert await session.stop() == 0
+
+
+async def test_out_of_reach_abstains_without_running_the_model(tmp_path: Path) -> None:
+    """With the shipped threshold no candidate here could be shown even if the model gave it
+    probability 1: the answer is empty, the model is not run (no decode step, no generation
+    time), and `glm5.explainContext` says so and still runs it to show the candidates."""
+    session, uri = await _session(tmp_path, [["centroid(points)", LIKELY]])
+    try:
+        answer = await asyncio.wrap_future(session.inline_request(uri, 4, 13, msg_id="unreachable"))
+        assert _texts(answer) == []
+        stats = await session.stats(recent=5)
+        record = next(r for r in stats["recent"] if r["request_id"] == "unreachable")
+        assert record["outcome"] == "out_of_reach"
+        assert record["decode_steps"] == 0 and record["generate_s"] == 0.0 and record["settle_s"] == 0.0
+        assert stats["completions"].get("out_of_reach") == 1
+        explained = await session.command("glm5.explainContext", {"uri": uri, "position": {"line": 4, "character": 13}})
+        assert explained["outOfReach"] is True and explained["abstained"] is True and explained["scored"] is True
+        assert explained["reach"]["ceiling"] < explained["reach"]["threshold"] and explained["reach"]["contenders"] == []
+        assert {"centroid(points)", MODEL} <= {c["text"] for c in explained["candidates"]}
+    finally:
+        assert await session.stop() == 0
+
+
+async def test_with_skip_unreachable_off_the_model_runs_and_the_answer_is_the_same(tmp_path: Path) -> None:
+    session, uri = await _session(tmp_path, [["centroid(points)", LIKELY]], {"skipUnreachable": False})
+    try:
+        answer = await asyncio.wrap_future(session.inline_request(uri, 4, 13, msg_id="always-run"))
+        assert _texts(answer) == []
+        record = next(r for r in (await session.stats(recent=5))["recent"] if r["request_id"] == "always-run")
+        assert record["outcome"] == "empty" and record["decode_steps"] > 0 and record["settle_s"] > 0
+        explained = await session.command("glm5.explainContext", {"uri": uri, "position": {"line": 4, "character": 13}})
+        assert explained["outOfReach"] is False and explained["reach"] is None and explained["scored"] is True
+    finally:
+        assert await session.stop() == 0
+
+
+async def _contender_session(tmp_path: Path, model_text: str, scores: list[list[object]]) -> tuple[Session, str]:
+    """The shipped weights with calls worth +2 and threshold 0.9: the model's own text cannot be
+    shown (at most ~0.79), and the call candidate only if the model proposes it too (it is the
+    one contender)."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "geometry.py").write_text(GEOMETRY)
+    fake = {"text": model_text, "scores": scores, "score_default": UNLIKELY}
+    session = await Session.start_fake(root, fake, {"debounceMs": 0, **_weights(tmp_path, 0.9, call=2.0)})
+    await session.wait_ready()
+    return session, session.create("app.py", APP)
+
+
+async def _ask(session: Session, uri: str, msg_id: str) -> tuple[list[str], dict]:
+    answer = await asyncio.wrap_future(session.inline_request(uri, 4, 13, msg_id=msg_id))
+    record = next(r for r in (await session.stats(recent=5))["recent"] if r["request_id"] == msg_id)
+    return _texts(answer), record
+
+
+async def test_an_unlikely_contender_is_scored_and_the_model_not_decoded(tmp_path: Path) -> None:
+    session, uri = await _contender_session(tmp_path, "centroid(points)", [])
+    try:
+        explained = await session.command("glm5.explainContext", {"uri": uri, "position": {"line": 4, "character": 13}})
+        assert explained["reach"]["contenders"] == ["centroid(points)"]
+        texts, record = await _ask(session, uri, "unlikely")
+        assert texts == [] and record["outcome"] == "out_of_reach"
+        assert record["decode_steps"] == 0 and record["settle_s"] > 0  # scored, not decoded
+    finally:
+        assert await session.stop() == 0
+
+
+async def test_a_likely_contender_the_model_also_proposes_is_shown(tmp_path: Path) -> None:
+    session, uri = await _contender_session(tmp_path, "centroid(points)", [["centroid(points)", LIKELY]])
+    try:
+        texts, record = await _ask(session, uri, "likely")
+        assert texts == ["centroid(points)"] and record["outcome"] == "answered" and record["decode_steps"] > 0
+    finally:
+        assert await session.stop() == 0
+
+
+async def test_a_contender_certain_whatever_the_model_decodes_is_shown_without_decoding(tmp_path: Path) -> None:
+    """Calls worth +4 and threshold 0.85: scored likely, the call candidate reaches the threshold
+    even if the model proposed it cut off (its lowest probability), so the server shows it
+    without decoding."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "geometry.py").write_text(GEOMETRY)
+    fake = {"text": MODEL, "scores": [["centroid(points)", LIKELY]], "score_default": UNLIKELY}
+    session = await Session.start_fake(root, fake, {"debounceMs": 0, **_weights(tmp_path, 0.85, call=4.0)})
+    try:
+        await session.wait_ready()
+        uri = session.create("app.py", APP)
+        texts, record = await _ask(session, uri, "certain")
+        assert texts == ["centroid(points)"] and record["outcome"] == "answered"
+        assert record["decode_steps"] == 0 and record["settle_s"] > 0
+    finally:
+        assert await session.stop() == 0
+
+
+async def test_a_likely_contender_the_model_does_not_propose_is_not_shown(tmp_path: Path) -> None:
+    """The same likely candidate, but the model writes something else: the decode ran, and the
+    reranker (which would need the model's vote) abstains, as the full pipeline does."""
+    session, uri = await _contender_session(tmp_path, MODEL, [["centroid(points)", LIKELY]])
+    try:
+        texts, record = await _ask(session, uri, "alone")
+        assert texts == [] and record["outcome"] == "empty" and record["decode_steps"] > 0
+        session.client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"glm5": {"skipUnreachable": False}}))
+        explained = await session.command("glm5.explainContext", {"uri": uri, "position": {"line": 4, "character": 13}})
+        assert explained["abstained"] is True and explained["scored"] is True
     finally:
         assert await session.stop() == 0
 
@@ -170,5 +291,37 @@ async def test_explain_reports_retrievals_evidence_for_its_candidates(tmp_path: 
         assert size["support"] > title["support"] > 0.0
         others = [c["features"] for c in explained["candidates"] if "similar-line" not in c["sources"]]
         assert all(f["similar_top"] == 0.0 and f["similarity"] == 0.0 for f in others)
+    finally:
+        assert await session.stop() == 0
+
+
+@pytest.mark.parametrize("model_text", [MODEL, "centroid(points)"])
+@pytest.mark.parametrize("likely", [False, True])
+async def test_skipping_never_changes_the_answer(tmp_path: Path, model_text: str, likely: bool) -> None:
+    """For each threshold and weights, the answer with `skipUnreachable` on equals the full
+    pipeline's (off), whatever the model writes and however likely it finds the call."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "geometry.py").write_text(GEOMETRY)
+    fake = {"text": model_text, "scores": [["centroid(points)", LIKELY]] if likely else [], "score_default": UNLIKELY}
+    session = await Session.start_fake(root, fake, {"debounceMs": 0, "cacheSize": 0})
+    try:
+        await session.wait_ready()
+        uri = session.create("app.py", APP)
+        shown = set()
+        for threshold, changed in (
+            (0.5, {}), (0.7, {}), (0.976, {}), (0.9, {"call": 2.0}), (0.85, {"call": 4.0}), (0.97, {"call": 4.0, "model_top": 2.0}),
+        ):
+            weights = _weights(tmp_path, threshold, **changed)
+            answers = []
+            for skip in (True, False):
+                session.client.workspace_did_change_configuration(
+                    types.DidChangeConfigurationParams(settings={"glm5": {**weights, "skipUnreachable": skip}})
+                )
+                answers.append(_texts(await session.inline(uri, 4, 13)))
+            assert answers[0] == answers[1], (threshold, changed)
+            shown.update(map(tuple, answers))
+        if likely:  # some weights show a candidate and some do not
+            assert len(shown) == 2
     finally:
         assert await session.stop() == 0
