@@ -105,7 +105,8 @@ async def first_completion(model: str, path: Path, cache: str, log: Path, option
 
 
 async def startup_table(models: list[str], path: Path, logs: Path, prompt_tokens: int | None, repeats: int) -> None:
-    options = {"promptTokens": prompt_tokens} if prompt_tokens else {}
+    # The model must run: this measures its prompt's KV cache, not the skipping of unreachable requests.
+    options = {"skipUnreachable": False, **({"promptTokens": prompt_tokens} if prompt_tokens else {})}
     budget = f"promptTokens {prompt_tokens}" if prompt_tokens else "default prompt budget"
     print(f"\nfirst completion after start-up: {path.name} ({len(path.read_text().splitlines())} lines), cursor at its end, {budget}, "
           f"timed from `initialized`; of {repeats} cold/restart pairs, the pair with the median restart")
@@ -157,6 +158,7 @@ def typed_chunks(text: str) -> list[str]:
 PLAIN = {"numCandidates": 1, "retrieval": False, "rerank": False, "abstain": False}  # the greedy text, streamed
 TYPING_VARIANTS = (
     ("shipped defaults", {}),
+    ("shipped defaults with skipUnreachable off", {"skipUnreachable": False}),
     ("plain streamed pipeline", PLAIN),
     ("plain, no decode budget", {**PLAIN, "maxDecodeMs": 0}),
 )
@@ -169,7 +171,7 @@ async def typing_run(model: str, rec, settings: dict, log: Path) -> dict[str, li
     client, notes = await start_server(model, root, True, 96, log, None, env)
     if settings:
         client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"glm5": settings}))
-    out: dict[str, list[float]] = {"first": [], "final": [], "shown": [], "steps": [], "tokens": [], "generate": [], "settle": []}
+    out: dict[str, list[float]] = {"first": [], "final": [], "shown": [], "steps": [], "tokens": [], "generate": [], "settle": [], "unreachable": []}
     try:
         uri = _open(client, rec, rec.initial_text)
         line, character, version = *rec.start, 1
@@ -192,7 +194,9 @@ async def typing_run(model: str, rec, settings: dict, log: Path) -> dict[str, li
             if streamed:
                 out["first"].append(streamed[0] - sent)
         for record in (await _stats(client))["recent"]:
-            if record["outcome"] in ("answered", "empty") and record["prompt_tokens"]:
+            if record["outcome"] == "out_of_reach":
+                out["unreachable"].append(float(record["settle_s"] > 0))  # 1: scored first, then skipped
+            if record["outcome"] in ("answered", "empty", "out_of_reach") and (record["prompt_tokens"] or record["outcome"] == "out_of_reach"):
                 out["steps"].append(record["decode_steps"])
                 out["tokens"].append(record["generated_tokens"])
                 out["generate"].append(record["generate_s"])
@@ -210,8 +214,8 @@ async def typing_table(model_name: str, path: Path, chars: int, logs: Path, vari
         rec = record_session(unseen, chars, 0.0, 0.0)
         pauses = sum(1 for c in typed_chunks("".join(c for _, c in rec.keystrokes)) if c[0] in PAUSES)
         print(f"\ntyping {chars} characters into {path.name} (unseen), {model_name} model: a request at each of {pauses} pauses, each awaited")
-        print("| pipeline | requests | first text p50 ms | first text p95 ms | final p50 ms | final p95 ms | with text | their final p50 ms | their final p95 ms | decode steps (mean) | tokens (mean) | generate p50 ms | settle p50 ms |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        print("| pipeline | requests | first text p50 ms | first text p95 ms | final p50 ms | final p95 ms | with text | their final p50 ms | their final p95 ms | decode steps (mean) | tokens (mean) | generate p50 ms | settle p50 ms | decode skipped |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for i, (label, settings) in enumerate(TYPING_VARIANTS):
             if variants and label not in variants:
                 continue
@@ -221,7 +225,8 @@ async def typing_table(model_name: str, path: Path, chars: int, logs: Path, vari
                   f"{pct(final, .5) * 1000:,.1f} | {pct(final, .95) * 1000:,.1f} | {len(run['shown'])} | "
                   f"{pct(shown, .5) * 1000:,.1f} | {pct(shown, .95) * 1000:,.1f} | "
                   f"{statistics.mean(run['steps'] or [0]):.1f} | {statistics.mean(run['tokens'] or [0]):.1f} | "
-                  f"{pct(run['generate'] or [0.0], .5) * 1000:,.1f} | {pct(run['settle'] or [0.0], .5) * 1000:,.1f} |")
+                  f"{pct(run['generate'] or [0.0], .5) * 1000:,.1f} | {pct(run['settle'] or [0.0], .5) * 1000:,.1f} | "
+                  f"{len(run['unreachable'])} ({sum(run['unreachable']):.0f} after scoring) |")
 
 
 async def main_async(args: argparse.Namespace) -> None:
