@@ -14,14 +14,18 @@ first-identifier match, edit similarity (1 - Levenshtein / longer length), pass@
 running the tests with the line as completed; an abstention leaves the line blank), show rate
 (non-empty answers), precision when shown (exact among shown), p50/p95 latency of the LSP
 request (ms; baselines: none). An abstention counts as a miss in every accuracy column. The
-"all" row is asked through `glm5.explainContext` (the same completion, plus every candidate's
-score), which also gives the row "all, no abstaining": the best-scored candidate, shown always.
+"all" row is asked through `textDocument/inlineCompletion` (timed, as every row: the user's path,
+which skips the model where no candidate can be shown) and then through `glm5.explainContext`
+(untimed: the full pipeline, every candidate scored), which gives two more rows: "all, full
+pipeline (explain)", which should show exactly what "all" shows, and "all, no abstaining": the
+best-scored candidate, shown always.
 `--rerank-weights FILE` adds the "all" row once more with those reranker weights (the server's
-`rerankWeights` setting), side by side with the shipped ones.
+`rerankWeights` setting), side by side with the shipped ones; `--unskipped` adds it with
+`skipUnreachable` off.
 
 Usage: python -m bench.bench_quality [--model DIR] [--humaneval 32] [--heldout-files 8 --per-file 4]
                                     [--repo 10] [--rows plain,constraints,...] [--out runs/quality.json]
-                                    [--rerank-weights FILE]
+                                    [--rerank-weights FILE] [--unskipped]
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench.quality_client import RowServer
-from bench.quality_sets import EVAL_PACKAGES, Item, heldout_items, humaneval_items, package_items
+from bench.quality_sets import EVAL_PACKAGES, Item, heldout_items, humaneval_items, package_items, package_typed_items
 from context.classify import CompletionKind
 from context.constraints import build_site
 from context.document import Document
@@ -56,9 +60,19 @@ ROWS: dict[str, dict[str, object]] = {
     "reranking": {**OFF, "numCandidates": 4, "rerank": True, "abstain": True},
     "all": {"constraints": True, "numCandidates": 4, "retrieval": True, "rerank": True, "abstain": True},
 }
+
+
+def full_pipeline(row: str) -> str:
+    """The row derived from an "all" row's explainContext: the full pipeline's answer, with no
+    skipping (it should equal the row's own)."""
+    return row.replace("all", "all, full pipeline (explain)", 1)
+
+
 def no_abstaining(row: str) -> str:
     """The row derived from an "all" row's explainContext: its best-scored candidate, always shown."""
     return f"{row}, no abstaining"
+
+
 BASELINE_ROWS = ("baseline: previous line", "baseline: line after most similar", "baseline: most similar context")
 _IDENT = re.compile(r"[A-Za-z_]\w*")
 
@@ -86,19 +100,28 @@ def baseline_answers(item: Item, indexes: dict[Path, WorkspaceIndex]) -> dict[st
         indexes[item.root].build()
     index = indexes[item.root]
     snapshot = Document(item.path.resolve().as_uri(), "python", 1, item.text).snapshot()
-    site = build_site(snapshot, Position(item.line, 0), CompletionKind.SINGLE_LINE, index)
+    site = build_site(snapshot, Position(item.line, item.column), CompletionKind.SINGLE_LINE, index)
     similar = similar_lines(site, index, disk_reader({}), 1)
     hole = hole_of(item)
-    return {
+    return {  # each an insertion at the cursor, as the server's answers are
         BASELINE_ROWS[0]: previous_line(site) or "",
         BASELINE_ROWS[1]: similar[0].text if similar else "",
-        BASELINE_ROWS[2]: baselines.similar_line(hole.prefix, hole.suffix, hole.path),
+        BASELINE_ROWS[2]: after_typed(baselines.similar_line(hole.prefix, hole.suffix, hole.path), item.typed),
     }
+
+
+def after_typed(line: str, typed: str) -> str:
+    """`line` as an insertion after `typed` (the cursor line's typed part): its rest when it
+    starts with it (indentation aside), else nothing."""
+    if not typed.strip():
+        return line[len(typed) :] if line.startswith(typed) else line.lstrip()
+    body, head = line.lstrip(), typed.lstrip()
+    return body[len(head) :] if body.startswith(head) else ""
 
 
 def hole_of(item: Item) -> Hole:
     prefix = "".join(line + "\n" for line in item.text.split("\n")[: item.line])
-    return Hole(str(item.path), prefix, item.text[len(prefix) :], item.target, item.task_id)
+    return Hole(str(item.path), prefix, item.text[len(prefix) + item.column :], item.target, item.task_id)
 
 
 def summarise(items: list[Item], answers: dict[str, list[str]], latency: dict[str, list[float]],
@@ -106,12 +129,12 @@ def summarise(items: list[Item], answers: dict[str, list[str]], latency: dict[st
     table = {}
     for row, texts in answers.items():
         texts = [t.split("\n", 1)[0] for t in texts]
-        exact = [t.rstrip() == i.target.rstrip() and bool(t.strip()) for t, i in zip(texts, items)]
+        exact = [(i.typed + t).rstrip() == i.target.rstrip() and bool(t.strip()) for t, i in zip(texts, items)]
         shown = [bool(t.strip()) for t in texts]
         metrics: dict[str, float | None] = {
             "exact": _mean(exact),
-            "first_ident": _mean([bool(t.strip()) and first_identifier(t) == first_identifier(i.target) for t, i in zip(texts, items)]),
-            "edit_sim": _mean([edit_similarity(t.strip(), i.target.strip()) if t.strip() else 0.0 for t, i in zip(texts, items)]),
+            "first_ident": _mean([bool(t.strip()) and first_identifier(t) == first_identifier(i.expected) for t, i in zip(texts, items)]),
+            "edit_sim": _mean([edit_similarity(t.strip(), i.expected.strip()) if t.strip() else 0.0 for t, i in zip(texts, items)]),
             "show": _mean(shown),
             "precision": sum(exact) / sum(shown) if any(shown) else None,
             "pass1": None,
@@ -161,11 +184,11 @@ async def run_rows(items: list[Item], model: str, rows: dict[str, dict[str, obje
             item.path.write_text(item.text, encoding="utf-8")  # no row may read the target from disk
             try:
                 for server in servers:
-                    if server.name.startswith("all"):
-                        text, seconds, best = await _explained(server, item)
+                    text, seconds = await server.complete(item)
+                    if server.name.startswith("all") and rows[server.name].get("skipUnreachable", True):
+                        full, best = await _explained(server, item)
                         answers.setdefault(no_abstaining(server.name), []).append(best)
-                    else:
-                        text, seconds = await server.complete(item)
+                        answers.setdefault(full_pipeline(server.name), []).append(full)
                     answers[server.name].append(text)
                     latency[server.name].append(seconds)
             finally:
@@ -179,15 +202,14 @@ async def run_rows(items: list[Item], model: str, rows: dict[str, dict[str, obje
             await server.stop()
 
 
-async def _explained(server: RowServer, item: Item) -> tuple[str, float, str]:
-    """(shown text, seconds, best-scored candidate) of the "all" row, through glm5.explainContext,
-    which runs the same completion as inlineCompletion and also returns the candidates' scores."""
-    started = time.perf_counter()
+async def _explained(server: RowServer, item: Item) -> tuple[str, str]:
+    """(shown text, best-scored candidate) of the "all" row's full pipeline, through
+    glm5.explainContext (untimed), which scores every candidate even where inlineCompletion skips
+    the model."""
     explained = await server.explain(item)
-    seconds = time.perf_counter() - started
     scored = [c for c in explained.get("candidates", []) if c.get("score") is not None]
     best = max(scored, key=lambda c: c["score"])["text"] if scored else explained.get("completion", "")
-    return explained.get("completion", ""), seconds, best
+    return explained.get("completion", ""), best
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -202,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sets", default="repo,heldout,humaneval")
     parser.add_argument("--jobs", type=int, default=1, help="parallel HumanEval test runs")
     parser.add_argument("--out", type=Path, help="write every answer as JSON here")
+    parser.add_argument("--unskipped", action="store_true",
+                        help='also the "all" row with skipUnreachable off (the model always run), side by side')
     parser.add_argument("--rerank-weights", type=Path,
                         help="also run the \"all\" row with these reranker weights (rerankWeights), side by side")
     args = parser.parse_args(argv)
@@ -217,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = {name: ROWS[name] for name in names}
     if args.rerank_weights:
         rows[f"all, weights {args.rerank_weights.name}"] = {**ROWS["all"], "rerankWeights": str(args.rerank_weights.resolve())}
+    if args.unskipped:
+        rows["all, skipUnreachable off"] = {**ROWS["all"], "skipUnreachable": False}
     work = Path(tempfile.mkdtemp(prefix="glm5-quality-"))
     started = time.perf_counter()
     dump: dict[str, object] = {"rows": rows, "model": model, "packages": list(EVAL_PACKAGES)}
@@ -229,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
             items = heldout_items(work, args.heldout_files, args.per_file)
         elif set_name == "repo":
             items = package_items(args.cache, EVAL_PACKAGES, args.repo, "repo")
+        elif set_name == "repo-typed":
+            items = package_typed_items(args.cache, EVAL_PACKAGES, args.repo, "repo-typed")
         else:
             raise SystemExit(f"unknown set {set_name!r}")
         indexes: dict[Path, WorkspaceIndex] = {}
@@ -238,9 +266,13 @@ def main(argv: list[str] | None = None) -> int:
         answers.update(neural)
         table = summarise(items, answers, latency, problems, args.jobs)
         print_table(set_name, len(items), table)
+        for row in rows:
+            if row.startswith("all") and full_pipeline(row) in answers:
+                same = sum(a == b for a, b in zip(answers[row], answers[full_pipeline(row)]))
+                print(f"  {row!r} answered as its full pipeline on {same} of {len(items)} lines")
         dump[set_name] = {
             "table": table,
-            "items": [{"path": str(i.path), "line": i.line, "target": i.target, "answers": {r: answers[r][n] for r in answers}}
+            "items": [{"path": str(i.path), "line": i.line, "column": i.column, "target": i.target, "answers": {r: answers[r][n] for r in answers}}
                       for n, i in enumerate(items)],
         }
         if args.out:

@@ -2,7 +2,9 @@
 
 Asks a real `lsp_server --stdio` (all components on, no abstaining) for `glm5.explainContext`
 at blanked lines of `quality_sets.TUNING_PACKAGES` (half lines using a name from another file of
-the package, half random code lines), labels every candidate 1 when it equals the blanked line,
+the package, half random code lines; with `--typed-per-package`, also lines of the first kind
+typed up to the cursor, as `repo-typed`), labels every candidate 1 when it equals what the
+completion should insert (the blanked line, or its untyped rest),
 and fits a logistic regression (numpy: full-batch gradient descent with L2, features as
 `context.rerank.FEATURES`). The abstain threshold is then chosen for precision: the one that
 maximises (right answers shown - wrong answers shown), i.e. a suggestion is shown only where it
@@ -12,8 +14,11 @@ packages the weights never saw: a threshold chosen on the fitted items themselve
 handful of lucky ones (on 515 items: 0.19% shown, all right; out of fold, the top 1% of items
 held no right answer). The shipped weights are then fitted on every item.
 
-Usage: python -m bench.fit_rerank [--model DIR] [--per-package 40] [--out context/data/rerank.json]
-                                [--dump FILE] [--from-dump FILE]
+Usage: python -m bench.fit_rerank [--model DIR] [--per-package 40] [--typed-per-package 0]
+                                [--out context/data/rerank.json] [--dump FILE] [--from-dump FILE]
+
+`--from-dump FILE` fits on the items explained in FILE (written by `--dump`); items past its end
+(say, typed items added since) are asked of a server first.
 """
 
 from __future__ import annotations
@@ -22,7 +27,6 @@ import argparse
 import asyncio
 import datetime
 import json
-import math
 import tempfile
 from pathlib import Path
 
@@ -30,7 +34,7 @@ import numpy as np
 
 from bench.bench_quality import ROWS
 from bench.quality_client import RowServer
-from bench.quality_sets import TUNING_PACKAGES, Item, package_items, package_random_items
+from bench.quality_sets import TUNING_PACKAGES, Item, package_items, package_random_items, package_typed_items
 from context.rerank import FEATURES, WEIGHTS_PATH, Features, Reranker
 
 REPO = Path(__file__).resolve().parents[1]
@@ -80,7 +84,7 @@ async def collect(items: list[Item], model: str, log_dir: Path) -> list[dict]:
                 result = await server.explain(item)
             finally:
                 item.path.write_text(original, encoding="utf-8")
-            explained.append({"target": item.target, "candidates": result.get("candidates", [])})
+            explained.append({"target": item.expected, "candidates": result.get("candidates", [])})
             if n % 10 == 0:
                 print(f"  {n}/{len(items)}", flush=True)
         return explained
@@ -89,7 +93,8 @@ async def collect(items: list[Item], model: str, log_dir: Path) -> list[dict]:
 
 
 def candidate_rows(explained: list[dict]) -> tuple[list[list[float]], list[int], list[int]]:
-    """Every scored candidate's features, its label (1 when it equals the blanked line) and its item."""
+    """Every scored candidate's features, its label (1 when it equals what the completion should
+    insert) and its item."""
     rows, labels, groups = [], [], []
     for g, item in enumerate(explained):
         for c in item["candidates"]:
@@ -136,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model")
     parser.add_argument("--per-package", type=int, default=40)
+    parser.add_argument("--typed-per-package", type=int, default=0, help="typed items per package (see repo-typed)")
     parser.add_argument("--cache", type=Path, default=REPO / ".cache" / "quality")
     parser.add_argument("--out", type=Path, default=WEIGHTS_PATH)
     parser.add_argument("--dump", type=Path, help="also write the explained candidates here")
@@ -146,12 +152,12 @@ def main(argv: list[str] | None = None) -> int:
     model = args.model or embedded_model_path()
     half = args.per_package // 2
     items = package_items(args.cache, TUNING_PACKAGES, half, "tuning") + package_random_items(args.cache, TUNING_PACKAGES, half, "tuning")
-    if args.from_dump:
-        explained = json.loads(args.from_dump.read_text())
-        if len(explained) != len(items):
-            raise SystemExit(f"{args.from_dump} has {len(explained)} items; --per-package {args.per_package} makes {len(items)}")
-    else:
-        explained = asyncio.run(collect(items, model, Path(tempfile.mkdtemp(prefix="glm5-fit-"))))
+    items += package_typed_items(args.cache, TUNING_PACKAGES, args.typed_per_package, "tuning")
+    explained = json.loads(args.from_dump.read_text()) if args.from_dump else []
+    if len(explained) > len(items):
+        raise SystemExit(f"{args.from_dump} has {len(explained)} items; these flags make only {len(items)}")
+    if len(explained) < len(items):
+        explained += asyncio.run(collect(items[len(explained) :], model, Path(tempfile.mkdtemp(prefix="glm5-fit-"))))
     if args.dump:
         args.dump.write_text(json.dumps(explained, indent=1))
     rows, labels, groups = candidate_rows(explained)
@@ -166,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = {
         "fitted": datetime.date.today().isoformat(), "model": Path(model).name, "items": len(explained),
         "candidates": len(rows), "positives": sum(labels), "packages": list(TUNING_PACKAGES),
+        "typed_items": sum(1 for item in items if item.column),
         "threshold": "chosen on leave-one-package-out predictions",
         "tuning": {k: round(v, 4) for k, v in tuned.items()},
         "in_sample_best": {k: round(v, 4) for k, v in in_sample.items()},

@@ -94,7 +94,8 @@ class RowServer:
         return self.client.protocol._converter.unstructure(result) if not isinstance(result, dict | list | None) else result
 
     async def complete(self, item: Item) -> tuple[str, float]:
-        """(completion text, seconds) for `item`, asked at the start of its blanked line."""
+        """(completion text, seconds) for `item`, asked at its cursor (the start of its blanked
+        line, or after its typed part)."""
         await self.use_root(item.root)
         uri = item.path.resolve().as_uri()
         self.client.text_document_did_open(types.DidOpenTextDocumentParams(
@@ -104,7 +105,7 @@ class RowServer:
         result = await self.client.text_document_inline_completion_async(types.InlineCompletionParams(
             context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked),
             text_document=types.TextDocumentIdentifier(uri=uri),
-            position=types.Position(line=item.line, character=0),
+            position=types.Position(line=item.line, character=_character(item)),
         ))
         elapsed = time.perf_counter() - started
         self.client.text_document_did_close(types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri)))
@@ -120,7 +121,7 @@ class RowServer:
             text_document=types.TextDocumentItem(uri=uri, language_id="python", version=1, text=item.text)
         ))
         try:
-            return await self.command("glm5.explainContext", {"uri": uri, "position": {"line": item.line, "character": 0}})
+            return await self.command("glm5.explainContext", {"uri": uri, "position": {"line": item.line, "character": _character(item)}})
         finally:
             self.client.text_document_did_close(types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri)))
 
@@ -132,3 +133,8 @@ class RowServer:
         except (TimeoutError, ConnectionError, RuntimeError):
             pass
         self._cache_dir.cleanup()
+
+
+def _character(item: Item) -> int:
+    """The item's cursor column in UTF-16 code units, as LSP counts."""
+    return len(item.typed.encode("utf-16-le")) // 2

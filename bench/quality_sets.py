@@ -2,7 +2,9 @@
 
 Every item is one blanked line: a workspace directory, a file in it, the file's text with the
 line emptied (its newline kept), the line number and the original line (the target, indentation
-included). The completion is asked at the start of the blanked line.
+included). The completion is asked at the start of the blanked line, or, for a typed item, after
+the part of the line already typed (`column`; the file keeps that part, and the completion
+should insert the rest, `expected`).
 
 Sets (none of this code or data is in the training corpus: `bench/` is not scanned, and the
 packages below are not installed where `training.corpus` looks):
@@ -14,7 +16,10 @@ packages below are not installed where `training.corpus` looks):
   (`EVAL_PACKAGES`), downloaded once with `pip download --no-deps` into `--cache`, each opened
   as the workspace; the blanked lines use a name that the file imports from another file of the
   package.
-- `tuning` (for the reranker's weights only, never evaluated): the same construction on other
+- `repo-typed`: the same packages and kind of lines, typed up to the cursor as an editor asks
+  mid-line: after an assignment's `=`, a `return`, `yield`, `raise`, `assert`, `if`, `elif` or
+  `while` keyword, or a call's `(` (`package_typed_items`).
+- `tuning` (for the reranker's weights only, never evaluated): the same constructions on other
   packages (`TUNING_PACKAGES`).
 
 Invariants: the items depend only on the package versions, the flags and the seed.
@@ -41,6 +46,10 @@ EVAL_PACKAGES = ("toolz==1.2.0", "tomlkit==0.15.2", "humanize==4.17.0", "marshma
 TUNING_PACKAGES = ("isodate==0.7.2", "pyrsistent==0.20.0", "more-itertools==11.2.1")  # BSD-3, MIT, MIT
 _IDENT = re.compile(r"[A-Za-z_]\w*")
 _SKIPPED = frozenset({"string", "import_statement", "import_from_statement"})
+# a typed item's cursor: after an assignment's `=`, a statement keyword, or a call's first `(`
+TYPED_PREFIX = re.compile(
+    r"\s*(?:(?:return|yield|raise|assert|if|elif|while)\s+|[\w.\[\]\"', ]+?\s*(?<![=!<>])[-+*/|&%]?=(?!=)\s*|[\w.]+\()"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +61,16 @@ class Item:
     line: int  # 0-based
     target: str  # the original line
     task_id: str = ""  # HumanEval problem
+    column: int = 0  # characters of the line already typed (the cursor's column)
+
+    @property
+    def typed(self) -> str:
+        return self.target[: self.column]
+
+    @property
+    def expected(self) -> str:
+        """What the completion should insert at the cursor."""
+        return self.target[self.column :]
 
 
 def humaneval_items(work: Path, count: int) -> tuple[list[Item], dict[str, humaneval.Problem]]:
@@ -142,7 +161,24 @@ def fetch_package(cache: Path, spec: str) -> Path:
     return root
 
 
-def _cross_file_lines(root: Path, set_name: str, count: int, rng: random.Random) -> list[Item]:
+def package_typed_items(cache: Path, specs: tuple[str, ...], per_package: int, set_name: str, seed: int = 13) -> list[Item]:
+    """Lines using a name imported from another file of the package, typed up to `TYPED_PREFIX`'s
+    end, `per_package` per package."""
+    items = []
+    for spec in specs:
+        root = fetch_package(cache, spec)
+        items += _cross_file_lines(root, set_name, per_package, random.Random(f"{seed}:{spec}"), typed=True)
+    return items
+
+
+def _typed_column(line: str) -> int | None:
+    """Where a typed item's cursor goes in `line`: after its `TYPED_PREFIX`, with something left
+    to complete; None when the line has no such prefix."""
+    match = TYPED_PREFIX.match(line)
+    return match.end() if match and line[match.end() :].strip() else None
+
+
+def _cross_file_lines(root: Path, set_name: str, count: int, rng: random.Random, typed: bool = False) -> list[Item]:
     index = WorkspaceIndex([root])
     index.build()
     found: list[tuple[str, int]] = []
@@ -158,13 +194,13 @@ def _cross_file_lines(root: Path, set_name: str, count: int, rng: random.Random)
             body = line.strip()
             if not body or i in strings or body.startswith(("#", "import ", "from ", "@")) or len(body) > 100:
                 continue
-            if imported & set(_IDENT.findall(body)):
+            if imported & set(_IDENT.findall(body)) and (not typed or _typed_column(line) is not None):
                 found.append((path, i))
     chosen = sorted(rng.sample(found, min(count, len(found))))
     items = []
     for path, line in chosen:
         lines = Path(path).read_text(encoding="utf-8").split("\n")
-        items.append(_blanked(set_name, root, Path(path), lines, line))
+        items.append(_blanked(set_name, root, Path(path), lines, line, _typed_column(lines[line]) or 0 if typed else 0))
     return items
 
 
@@ -191,9 +227,9 @@ def _skipped_lines(text: str) -> set[int]:
     return lines
 
 
-def _blanked(set_name: str, root: Path, path: Path, lines: list[str], line: int) -> Item:
-    text = "\n".join(lines[:line] + [""] + lines[line + 1 :])
-    return Item(set_name, root, path, text, line, lines[line])
+def _blanked(set_name: str, root: Path, path: Path, lines: list[str], line: int, column: int = 0) -> Item:
+    text = "\n".join(lines[:line] + [lines[line][:column]] + lines[line + 1 :])
+    return Item(set_name, root, path, text, line, lines[line], column=column)
 
 
 def _write(path: Path, text: str) -> None:

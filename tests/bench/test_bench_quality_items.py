@@ -1,0 +1,56 @@
+"""Typed items of the quality benchmark: where the cursor goes, what the file keeps, what counts as right."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench.bench_quality import after_typed, summarise
+from bench.quality_sets import Item, _blanked, _typed_column
+
+
+@pytest.mark.parametrize(
+    ("line", "typed"),
+    [
+        ("    x = foo(a)", "    x = "),
+        ("    return bar(x)", "    return "),
+        ("    self.a, b = parse(s)", "    self.a, b = "),
+        ("    total += count(x)", "    total += "),
+        ("    elif isinstance(x, int):", "    elif "),
+        ("    foo(bar)", "    foo("),
+        ("    d['k'] = v(1)", "    d['k'] = "),
+    ],
+)
+def test_the_cursor_goes_after_an_assignment_a_keyword_or_a_calls_paren(line: str, typed: str) -> None:
+    assert line[: _typed_column(line)] == typed
+
+
+@pytest.mark.parametrize("line", ["    x == y", "    return", "    a = ", "    pass", "x: int = f()"])
+def test_lines_with_nothing_typed_to_continue_are_not_typed_items(line: str) -> None:
+    assert _typed_column(line) is None
+
+
+def test_a_typed_item_keeps_the_typed_part_and_expects_the_rest(tmp_path: Path) -> None:
+    lines = ["def f(a):", "    x = foo(a)", "    return x"]
+    item = _blanked("repo-typed", tmp_path, tmp_path / "m.py", lines, 1, _typed_column(lines[1]) or 0)
+    assert item.text == "def f(a):\n    x = \n    return x"
+    assert (item.typed, item.expected) == ("    x = ", "foo(a)")
+    assert item.typed + item.expected == item.target
+
+
+def test_answers_are_insertions_at_the_cursor_for_every_metric(tmp_path: Path) -> None:
+    """A typed item is right when the answer completes the typed part to the line; a line-start
+    item when the answer is the line."""
+    typed = Item("repo-typed", tmp_path, tmp_path / "m.py", "", 1, "    x = foo(a)", column=8)
+    blank = Item("repo", tmp_path, tmp_path / "m.py", "", 1, "    x = foo(a)")
+    table = summarise([typed, blank], {"row": ["foo(a)", "    x = foo(a)"], "wrong": ["    x = foo(a)", "foo(a)"]}, {}, {}, 1)
+    assert table["row"]["exact"] == 1.0 and table["row"]["first_ident"] == 1.0
+    assert table["wrong"]["exact"] == 0.0
+
+
+def test_a_baseline_line_is_placed_after_the_typed_part() -> None:
+    assert after_typed("        x = foo(a)", "    x = ") == "foo(a)"
+    assert after_typed("    y = foo(a)", "    x = ") == ""
+    assert after_typed("    y = foo(a)", "") == "    y = foo(a)"
+    assert after_typed("    y = foo(a)", "    ") == "y = foo(a)"
