@@ -317,6 +317,14 @@ def prescore_sync(engine: Any, plan: Plan, prepared: pipeline.Prepared, tokenize
     return _prescored(plan, entries, scores)
 
 
+def settled_early(plan: Plan, prescored: Prescored | None) -> str | None:
+    """The answer when it is settled without decoding (steps 1 and 2 of the module docstring):
+    "" for an abstention, the certain contender's text; None when the model must decode."""
+    if plan.out_of_reach or (prescored is not None and not prescored.in_reach):
+        return ""
+    return prescored.certain if prescored is not None else None
+
+
 def _among_contenders(plan: Plan, entries: Sequence[_Entry], prescored: Prescored) -> Decision:
     """The reranker's choice among the prescored contenders (step 3): no other entry can reach
     the threshold, so the full pipeline would choose the same."""

@@ -192,16 +192,13 @@ class Completions:
         if plan.reach is not None and not plan.out_of_reach:  # score the contenders before decoding
             prescored = await candidates.prescore(engine, plan, prepared, handle.tokenizer, job.trace_id)
             prescore_s = time.perf_counter() - plan_done
-        if plan.out_of_reach or (prescored is not None and not prescored.in_reach):  # an abstention whatever the model says
+        if (early := candidates.settled_early(plan, prescored)) is not None:  # whatever the model would decode
             record.update(settle_s=prescore_s)
             self._check_version(snapshot)
-            return Answer("", job.trace_id, position, snapshot.version), "out_of_reach"
-        if prescored is not None and prescored.certain is not None:  # the choice whatever the model decodes
-            record.update(settle_s=prescore_s)
-            self._cache.put(snapshot.uri, before, after, prescored.certain)
-            self._check_version(snapshot)
-            timing.saw_text()
-            return Answer(prescored.certain, job.trace_id, position, snapshot.version), "answered"
+            if early:
+                self._cache.put(snapshot.uri, before, after, early)
+                timing.saw_text()
+            return Answer(early, job.trace_id, position, snapshot.version), "answered" if early else "out_of_reach"
         flight = self._launch(key, snapshot, offset, prepared, (plan, handle.tokenizer, prescored), job.trace_id, before, after)
         text = await self._follow(flight, "", job, request_id, timing)
         result = flight.done.result()

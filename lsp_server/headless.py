@@ -119,10 +119,10 @@ def _generate(handle, document: Document, position: Position, settings: ServerSe
     prescored = None
     if plan.reach is not None and not plan.out_of_reach:
         prescored = candidates.prescore_sync(handle.engine, plan, prepared, handle.tokenizer)
-    settled = _settled_early(plan, prescored)
-    if settled is not None:
-        text, why = settled
-        out.finish(text)
+    early = candidates.settled_early(plan, prescored)
+    if early is not None:
+        out.finish(early)
+        why = _why_early(plan, prescored, early)
         print(f"[{len(prepared.prompt.ids)} prompt tokens, {why}, {time.perf_counter() - started:.2f} s]", file=sys.stderr)
         return 0
     done = threading.Event()
@@ -149,20 +149,18 @@ def _generate(handle, document: Document, position: Position, settings: ServerSe
     return 0
 
 
-def _settled_early(plan: candidates.Plan, prescored: candidates.Prescored | None) -> tuple[str, str] | None:
-    """(text, why) when the answer was settled without decoding (see `candidates`), else None."""
-    if plan.reach is None:
-        return None
+def _why_early(plan: candidates.Plan, prescored: candidates.Prescored | None, text: str) -> str:
+    """What `candidates.settled_early` decided, for stderr."""
+    assert plan.reach is not None
     threshold = f"threshold {plan.reach.threshold:.3f}"
+    if text:
+        return "shown without decoding: nothing the model could decode would change the reranker's choice"
     if plan.out_of_reach:
-        return "", (f"abstained: no candidate could reach the reranker's threshold (best possible {plan.reach.ceiling:.3f}, "
-                    f"{threshold}), the model was not run")
-    if prescored is not None and not prescored.in_reach:
-        return "", (f"abstained: no candidate could reach the reranker's threshold ({threshold}, with the likelihoods "
-                    f"the model gave), the model scored {len(prescored.scores)} candidates and did not decode")
-    if prescored is not None and prescored.certain is not None:
-        return prescored.certain, "shown without decoding: nothing the model could decode would change the reranker's choice"
-    return None
+        return (f"abstained: no candidate could reach the reranker's threshold (best possible {plan.reach.ceiling:.3f}, "
+                f"{threshold}), the model was not run")
+    scored = len(prescored.scores) if prescored is not None else 0
+    return (f"abstained: no candidate could reach the reranker's threshold ({threshold}, with the likelihoods "
+            f"the model gave), the model scored {scored} candidates and did not decode")
 
 
 class _LineStreamer:
