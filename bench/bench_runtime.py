@@ -6,9 +6,12 @@ for transformers and model_runtime, the ratio, and whether the greedy tokens wer
 
 With `--whole PROMPT,NEW` (e.g. 600,64) it instead times whole requests as a user makes them
 (`generate` with a PROMPT-token prompt and NEW greedy tokens, the model already loaded) for
-transformers, model_runtime in fp32, and model_runtime with bf16 weights (AMX/avx512_bf16
-matmuls where the CPU has them; its tokens are compared with fp32's, not required equal), then
-prints model_runtime's per-decode-step operator profile (torch.profiler, mean of NEW steps).
+transformers, model_runtime in fp32, the same with compiled decoding (`compile_decode`,
+`model_runtime.compiled`: compiled once before the timed runs, its compile time printed; it
+leaves out that start-up cost), and model_runtime with bf16 weights (AMX/avx512_bf16 matmuls
+where the CPU has them; not required to give transformers' tokens), then prints
+model_runtime's per-decode-step operator profile, eager and compiled (torch.profiler, mean
+of NEW steps).
 
 Usage: python bench/bench_runtime.py [--sizes tiny,mid] [--contexts 128,1024,2048] [--new 32] [--threads 2]
        python bench/bench_runtime.py --sizes mid --whole 600,64
@@ -27,7 +30,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads: see m
 import torch
 
 from model_runtime import load_model
-from model_runtime.config import ModelConfig
+from model_runtime.config import EngineConfig, ModelConfig
+from model_runtime.engine import Engine
 
 SIZES = {
     "tiny": ModelConfig.tiny(vocab_size=4096, index_n_heads=16, num_nextn_predict_layers=0),
@@ -117,9 +121,13 @@ def whole_requests(name: str, cfg: ModelConfig, prompt: int, new: int, repeats: 
     hf.save_pretrained(path)
     fp32, bf16 = load_model(path), load_model(path, dtype=torch.bfloat16)
     ids = torch.randint(3, cfg.vocab_size, (prompt,), generator=torch.Generator().manual_seed(prompt))
+    compiled = EngineConfig(max_cache_tokens=prompt + new + 128, compile_decode=True)
+    status = fp32.compiled_decode(compiled.block_size).wait()
+    print(f"compiled decoding: {status.state} after {status.seconds:.1f} s {status.error}")
     runs = {
         "transformers": lambda: hf.generate(ids[None], max_new_tokens=new, min_new_tokens=new, do_sample=False)[0, prompt:].tolist(),
         "model_runtime fp32": lambda: fp32.generate(ids, max_new_tokens=new, stop_token_ids=()),
+        "model_runtime fp32, compiled decode": lambda: fp32.generate(ids, max_new_tokens=new, stop_token_ids=(), engine_config=compiled),
         "model_runtime bf16 weights": lambda: bf16.generate(ids, max_new_tokens=new, stop_token_ids=()),
     }
     best, tokens = dict.fromkeys(runs, float("inf")), {}
@@ -136,17 +144,17 @@ def whole_requests(name: str, cfg: ModelConfig, prompt: int, new: int, repeats: 
         same = next((i for i, (a, b) in enumerate(zip(tokens[label], ref)) if a != b), len(ref))
         print(f"| {name} | {prompt} + {new} | {label} | {seconds:.2f} | {best['transformers'] / seconds:.2f}x | {same}/{len(ref)} |")
     decode_profile(fp32, ids.tolist(), new)
+    decode_profile(fp32, ids.tolist(), new, compiled)
 
 
-def decode_profile(loaded, ids: list[int], steps: int, rows: int = 15) -> None:
-    """model_runtime's operators per decode step (the prefill step excluded), by self CPU time."""
+def decode_profile(loaded, ids: list[int], steps: int, config: EngineConfig | None = None, rows: int = 15) -> None:
+    """model_runtime's operators per decode step (the prefill step excluded), by self CPU time;
+    with `config`, that engine's (compiled decoding: inductor's kernels show as one operator each)."""
     from torch.profiler import ProfilerActivity, profile
 
     from model_runtime.api import GenerationRequest, SamplingParams
-    from model_runtime.config import EngineConfig
-    from model_runtime.engine import Engine
 
-    engine = Engine(loaded, EngineConfig(max_cache_tokens=4096))
+    engine = Engine(loaded, config or EngineConfig(max_cache_tokens=4096))
     engine.add(GenerationRequest("p", tuple(ids), SamplingParams(max_tokens=steps + 1, stop_token_ids=())))
     engine.step()  # prefill (a 600-token prompt fits one step)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -156,7 +164,8 @@ def decode_profile(loaded, ids: list[int], steps: int, rows: int = 15) -> None:
     ops = sum(e.self_cpu_time_total for e in events) / steps / 1000
     calls = sum(e.count for e in events if e.key.startswith("aten::")) / steps
     matmuls = sum(e.count for e in events if e.key in ("aten::mm", "aten::bmm", "aten::addmm")) / steps
-    print(f"\nper decode step ({steps} steps, profiled): {ops:.1f} ms in operators, {calls:.0f} aten calls, {matmuls:.0f} matmuls")
+    label = "compiled" if config is not None and config.compile_decode else "eager"
+    print(f"\n{label}, per decode step ({steps} steps, profiled): {ops:.1f} ms in operators, {calls:.0f} aten calls, {matmuls:.0f} matmuls")
     print("| operator | calls/step | self ms/step |")
     print("|---|---|---|")
     for e in sorted(events, key=lambda e: -e.self_cpu_time_total)[:rows]:

@@ -33,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     gen.add_argument("--seed", type=int)
     gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     gen.add_argument("--mtp", action="store_true", help="speculative decoding with the MTP layer (greedy only)")
+    gen.add_argument("--compile-decode", action="store_true", help="torch.compile the decode steps first (CPU; see model_runtime.compiled)")
     gen.add_argument("--device", default="cpu")
     gen.add_argument("--dtype", choices=DTYPES, default="float32")
     args = parser.parse_args(argv)
@@ -47,6 +48,7 @@ def _generate(args: argparse.Namespace) -> int:
     import torch
 
     from model_runtime.config import EngineConfig
+    from model_runtime.kvstore.paths import cache_root
     from model_runtime.runtime import load_model
 
     prompt = open(args.prompt[1:]).read() if args.prompt.startswith("@") else args.prompt
@@ -64,11 +66,15 @@ def _generate(args: argparse.Namespace) -> int:
         sys.stdout.flush()
         printed = len(event.text)
 
+    config = EngineConfig(use_mtp=args.mtp, compile_decode=args.compile_decode,
+                          compile_cache_dir=str(cache_root() / "inductor") if args.compile_decode else "")
+    if args.compile_decode:
+        status = model.compiled_decode(config.block_size, config.compile_cache_dir).wait()
+        print(f"[compiled decoding {status.state} after {status.seconds:.1f}s{': ' + status.error if status.error else ''}]", file=sys.stderr)
     start = time.perf_counter()
     out = model.generate(
         ids, max_new_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
-        top_k=args.top_k, seed=args.seed, stop_strings=args.stop, callback=stream,
-        engine_config=EngineConfig(use_mtp=args.mtp),
+        top_k=args.top_k, seed=args.seed, stop_strings=args.stop, callback=stream, engine_config=config,
     )
     elapsed = time.perf_counter() - start
     sys.stdout.write("\n")

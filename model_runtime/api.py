@@ -205,6 +205,18 @@ class EngineStats:
     spec_drafted: int = 0  # MTP draft tokens proposed
     spec_accepted: int = 0  # MTP draft tokens accepted by the main model
     engine_restarts: int = 0  # times the engine thread recovered from an exception (its requests failed)
+    compiled_decode: str = "off"  # off | compiling | ready | failed | unavailable (model_runtime.compiled)
+    compiled_steps: int = 0  # decode steps served by the compiled graphs
+    compiled_fallbacks: int = 0  # steps they cover that ran eager (no graph matched)
+    compile_seconds: float = 0.0  # wall time of the background compile, once it ended
+
+    @staticmethod
+    def zero_counters() -> dict[str, int]:
+        """The counters an engine keeps itself, all zero (the compile fields come from its runner)."""
+        return {name: 0 for name in EngineStats.__dataclass_fields__ if name not in _COMPILE_FIELDS}
+
+
+_COMPILE_FIELDS = frozenset({"compiled_decode", "compiled_steps", "compiled_fallbacks", "compile_seconds"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -316,6 +316,10 @@ class EngineConfig:
     # Per length bucket: (upper bound on context tokens, max sequences decoded together).
     batch_buckets: tuple[tuple[int, int], ...] = ((512, 16), (2048, 8), (8192, 4), (1 << 30, 2))
     use_mtp: bool = False  # speculative decoding with the MTP layer (greedy requests only)
+    # torch.compile decode steps in a background thread, CPU only (model_runtime.compiled);
+    # inductor's code is cached under `compile_cache_dir` ("": torch's default, /tmp)
+    compile_decode: bool = False
+    compile_cache_dir: str = ""
     prefix_caching: bool = True
     attention: str = "auto"  # "auto" | "absorbed" | "expanded"
     # KV cache tiers behind the device pool (model_runtime.kvstore): LRU caps in bytes

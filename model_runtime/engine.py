@@ -83,13 +83,15 @@ class Engine:
         self.blocks.cold = self.tiers
         self.scheduler = Scheduler(self.config, self.blocks)
         self.runner = ModelRunner(loaded.model, self.cache, self.config, loaded.device)
+        if self.config.compile_decode:
+            self.runner.compiled = loaded.compiled_decode(self.config.block_size, self.config.compile_cache_dir or None)
         self.eos_ids = frozenset(cfg.eos_token_id) | frozenset(loaded.tokenizer.special.eos_ids if loaded.tokenizer else ())
         self._commands: queue.Queue[tuple[str, object]] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._stopped = False  # set (under `_gate`) once the thread has finished everything
         self._gate = threading.Lock()
-        self._counters = dict.fromkeys(EngineStats.__dataclass_fields__, 0)
+        self._counters = EngineStats.zero_counters()
         self._texts: dict[str, TextState] = {}
         self._prefill_only: set[str] = set()
         self._records: dict[str, RequestRecord] = {}  # requests with `record_attention`
@@ -122,7 +124,12 @@ class Engine:
             return True
 
     def stats(self) -> EngineStats:
-        return EngineStats(**self._counters)
+        compiled = self.runner.compiled
+        if compiled is None:
+            return EngineStats(**self._counters)
+        status = compiled.status
+        return EngineStats(**self._counters, **self.runner.compiled_counts, compiled_decode=status.state,
+                           compile_seconds=round(status.seconds, 2))
 
     def shutdown(self) -> None:
         """Stop the engine thread, then write unsaved KV blocks to the workspace's disk store."""

@@ -33,7 +33,12 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """x [S, H, R] interleaved pairs rotated by cos/sin [S, R/2] (fp32), in x's dtype: the
-    complex product of `kernels.rope_interleaved_ref`."""
+    complex product of `kernels.rope_interleaved_ref` (under `torch.compile`, whose code
+    generation has no complex numbers, the same product in real arithmetic)."""
+    if torch.compiler.is_compiling():
+        a, b = x.float()[..., 0::2], x.float()[..., 1::2]
+        c, s = cos[:, None, :], sin[:, None, :]
+        return torch.stack((a * c - b * s, b * c + a * s), dim=-1).flatten(2).to(x.dtype)
     pairs = torch.view_as_complex(x.float().unflatten(2, (x.shape[2] // 2, 2)).contiguous())
     return torch.view_as_real(pairs * torch.complex(cos, sin)[:, None, :]).flatten(2).to(x.dtype)
 

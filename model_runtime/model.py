@@ -373,9 +373,23 @@ class Experts(nn.ModuleList):
 
     def __init__(self, n: int, dim: int, inter: int) -> None:
         super().__init__(MLP(dim, inter) for _ in range(n))
+        self.stacked: tuple[torch.Tensor, torch.Tensor] | None = None  # see `stack`
+
+    def stack(self) -> None:
+        """Inference, for compiled decoding: gate/up weights as one [E, 2I, D] tensor (each
+        expert's fused `gate_up` becomes a view of it) and down weights copied into [E, D, I],
+        so that a graph can gather the routed experts by index instead of branching on them."""
+        with torch.no_grad():
+            gate_up = torch.stack([torch.cat((e.gate_proj.weight, e.up_proj.weight)) for e in self])
+            down = torch.stack([e.down_proj.weight for e in self])
+        for expert, weight in zip(self, gate_up):
+            expert.gate_up = weight
+        self.stacked = (gate_up, down)
 
     def forward(self, x: torch.Tensor, weights: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
         """x [N,D], weights/indices [N,k] -> Σ_j weights[:, j] · Expert_{indices[:, j]}(x)."""
+        if self.stacked is not None and torch.compiler.is_compiling():
+            return self._gathered(x, weights, indices)
         y = torch.zeros_like(x)
         if x.shape[0] == 1:  # decode fast path: no bincount/where, same accumulation order
             ids, ws = indices[0].tolist(), weights[0]
@@ -390,6 +404,17 @@ class Experts(nn.ModuleList):
             h = self[e](x[token])
             y.index_add_(0, token, (h * weights[token, slot, None]).to(y.dtype))
         return y
+
+    def _gathered(self, x: torch.Tensor, weights: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+        """The same sum from the stacked weights: each (token, slot) gathers its expert's
+        matrices (a copy of k experts per token: right for the few tokens of a decode step)."""
+        gate_up, down = self.stacked
+        n, k = indices.shape
+        chosen = indices.flatten()
+        h = torch.bmm(gate_up[chosen], x.repeat_interleave(k, 0)[:, :, None]).squeeze(-1)
+        gate, up = h.chunk(2, dim=-1)
+        out = torch.bmm(down[chosen], (F.silu(gate) * up)[:, :, None]).squeeze(-1)
+        return (out * weights.flatten()[:, None]).to(x.dtype).view(n, k, -1).sum(1)
 
 
 class MoE(nn.Module):
@@ -545,6 +570,11 @@ class Transformer(nn.Module):
         return TrainOutput(loss, lm_loss, mtp_loss, indexer_kl, loads)
 
     # ---- paged forward (engine) ---------------------------------------------------------
+    def ensure_fused(self) -> None:
+        """`fuse_for_inference` unless it has run (the weights are frozen from then on)."""
+        if self.layers[0].self_attn.fused_in is None:
+            self.fuse_for_inference()
+
     def fuse_for_inference(self, max_expert_bytes: int = FUSE_EXPERTS_BYTES) -> None:
         """Fuse the projections that share an input (`MLA.fuse_inputs`, `MLP.fuse`) for the engine:
         fewer, larger matmuls per step. A layer's routed experts are fused only while their gate

@@ -9,11 +9,14 @@ Invariants:
 - All tensors of a step are built here, once, and shared by every layer.
 - The model's projections that share an input are fused once, when the first runner is built
   (`Transformer.fuse_for_inference`): the weights are frozen from then on.
+- With `compiled` set (the engine's `compile_decode`), the decode steps it covers run compiled
+  once its background compile has finished; every other step, and every step before, eager.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -23,6 +26,9 @@ from model_runtime.config import EngineConfig, ModelConfig
 from model_runtime.kvstore.residency import SpilledLatents
 from model_runtime.model import Transformer
 from model_runtime.paged import AttentionCost, PagedBatch
+
+if TYPE_CHECKING:
+    from model_runtime.compiled import CompiledDecode
 
 
 @dataclass
@@ -46,34 +52,36 @@ class ModelRunner:
     def __init__(self, model: Transformer, cache: KVCache, engine_config: EngineConfig, device) -> None:
         self.model, self.cache, self.engine_config, self.device = model, cache, engine_config, device
         self.cfg: ModelConfig = model.cfg
-        if model.layers[0].self_attn.fused_in is None:
-            model.fuse_for_inference()
+        model.ensure_fused()
         cfg = self.cfg
         self._attention_cost = AttentionCost(
             cfg.num_attention_heads, cfg.kv_lora_rank, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim,
             model.lm_head.weight.element_size(),
         )
+        self.compiled: CompiledDecode | None = None  # set by the engine with `compile_decode`
+        self.compiled_counts = {"compiled_steps": 0, "compiled_fallbacks": 0}
 
     def _batch(self, feeds: list[Feed]) -> PagedBatch:
-        batch = PagedBatch.build(
-            [(f.start, f.start + len(f.tokens)) for f in feeds],
-            [f.block_table for f in feeds],
-            self.cache.block_size,
-            self.cfg.index_topk,
-            (self.cfg.qk_rope_head_dim, self.cfg.rope_theta),
-            self.engine_config.attention,
-            self.device,
-            self._attention_cost,
-        )
+        batch = self.build_batch([(f.start, f.start + len(f.tokens)) for f in feeds], [f.block_table for f in feeds])
         batch.latents = SpilledLatents.for_step(self.cache, [f.block_table for f in feeds])
         return batch
+
+    def build_batch(self, spans: list[tuple[int, int]], block_tables: list[list[int]]) -> PagedBatch:
+        """The step context of `spans` (first new position, context length after the step)."""
+        return PagedBatch.build(
+            spans, block_tables, self.cache.block_size, self.cfg.index_topk,
+            (self.cfg.qk_rope_head_dim, self.cfg.rope_theta), self.engine_config.attention, self.device,
+            self._attention_cost,
+        )
 
     @torch.inference_mode()
     def run(self, feeds: list[Feed], recorder: StepRecorder | None = None) -> StepOutput:
         batch = self._batch(feeds)
         ids = torch.tensor([t for f in feeds for t in f.tokens], dtype=torch.long, device=self.device)
         if recorder is None:
-            hidden = self.model.forward_paged(ids, batch, self.cache)
+            hidden = self._compiled_forward(ids, batch)
+            if hidden is None:
+                hidden = self.model.forward_paged(ids, batch, self.cache)
         else:
             with recorder.recording(self.model, batch):
                 hidden = self.model.forward_paged(ids, batch, self.cache, recorder.on_layer)
@@ -82,6 +90,14 @@ class ModelRunner:
         flat = torch.cat(rows).to(self.device) if rows else torch.empty(0, dtype=torch.long)
         logits = self.model.lm_head(hidden[flat]).float().split([len(r) for r in rows])
         return StepOutput(hidden, list(logits), offsets)
+
+    def _compiled_forward(self, ids: torch.Tensor, batch: PagedBatch) -> torch.Tensor | None:
+        """The step through the compiled graphs when they are ready and cover it, else None."""
+        if self.compiled is None or not self.compiled.ready or not self.compiled.covers(batch):
+            return None
+        hidden = self.compiled.forward(ids, batch, self.cache)
+        self.compiled_counts["compiled_steps" if hidden is not None else "compiled_fallbacks"] += 1
+        return hidden
 
     @torch.inference_mode()
     def run_mtp(self, feeds: list[Feed], hidden: list[torch.Tensor]) -> list[torch.Tensor]:

@@ -15,9 +15,11 @@ import hashlib
 import json
 import logging
 import os
+import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -27,6 +29,9 @@ from model_runtime.fingerprint import weights_digest
 from model_runtime.loader import load_weights
 from model_runtime.model import Transformer
 from model_runtime.tokenizer import GlmTokenizer, TokenizerError
+
+if TYPE_CHECKING:
+    from model_runtime.compiled import CompiledDecode
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +46,21 @@ class LoadedModel:
     path: Path
     device: torch.device
     dtype: torch.dtype
+    _compiled: CompiledDecode | None = field(default=None, init=False, repr=False)
+    _compile_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    def compiled_decode(self, block_size: int, cache_dir: str | None = None) -> CompiledDecode:
+        """This model's compiled decode steps (`model_runtime.compiled`), compiled in the
+        background from the first call on, for that call's cache `block_size`; later calls and
+        engines share them. Fuses the model's projections for inference first, as an engine does."""
+        with self._compile_lock:
+            if self._compiled is None:
+                from model_runtime.compiled import CompiledDecode
+
+                self.model.ensure_fused()
+                self._compiled = CompiledDecode(self.model, self.dtype, self.device, block_size, cache_dir)
+                self._compiled.start()
+            return self._compiled
 
     @torch.inference_mode()
     def logits(self, input_ids: torch.Tensor | Sequence[int]) -> torch.Tensor:

@@ -61,7 +61,7 @@ class RemoteEngine:
         self._endpoint: Endpoint | None = None
         self._slots: asyncio.Semaphore | None = None
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._counters = dict.fromkeys(EngineStats.__dataclass_fields__, 0)
+        self._counters = EngineStats.zero_counters()
         self._errors = 0
 
     # ---- life cycle ------------------------------------------------------------------------

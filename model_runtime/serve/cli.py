@@ -37,6 +37,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
     parser.add_argument("--dtype", choices=(*DTYPES, "auto"), default="auto", help="weights' dtype (auto: float32 on the CPU, else bfloat16)")
     parser.add_argument("--mtp", action="store_true", help="speculative decoding of greedy requests with the MTP layer")
+    parser.add_argument(
+        "--compile-decode", action="store_true",
+        help="torch.compile the decode steps (CPU) in the background after loading; cached under the cache root",
+    )
     parser.add_argument("--workspace", action="append", default=[], metavar="ROOT", help="bind the persisted KV store of this workspace at start (repeatable)")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return parser
@@ -70,12 +74,14 @@ def _api_key(var: str | None) -> str | None:
 
 def _load(args: argparse.Namespace):
     from model_runtime.config import EngineConfig
+    from model_runtime.kvstore.paths import cache_root
     from model_runtime.runtime import load_model
     from model_runtime.serve.service import EngineService
 
     dtype = args.dtype if args.dtype != "auto" else ("float32" if args.device.split(":")[0] == "cpu" else "bfloat16")
     loaded = load_model(args.model, device=args.device, dtype=dtype)
-    engine = loaded.engine(EngineConfig(use_mtp=args.mtp))
+    compile_cache = str(cache_root() / "inductor") if args.compile_decode else ""
+    engine = loaded.engine(EngineConfig(use_mtp=args.mtp, compile_decode=args.compile_decode, compile_cache_dir=compile_cache))
     try:
         service = EngineService(loaded, engine, args.served_model_name or loaded.path.name)
         if args.workspace:

@@ -69,7 +69,7 @@ class FakeEngine:
         self.store_s = store_s
         self._inbox: queue.Queue[tuple[str, object]] = queue.Queue()
         self._running: dict[str, _Running] = {}
-        self._stats = dict.fromkeys(EngineStats.__dataclass_fields__, 0)
+        self._stats = EngineStats.zero_counters()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.prefilled: list[list[int]] = []  # prompts given to `prefill`

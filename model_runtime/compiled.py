@@ -1,0 +1,149 @@
+"""Compiled decode steps: `torch.compile` of the paged forward for one-token-per-sequence steps.
+
+Role: on the CPU an eager decode step is mostly per-operator overhead (about 5,000 aten calls
+per step of the mid-size model, two thirds of its time; the weight reads are the rest).
+Inductor fuses the small operators of the lean decode path (norms, RoPE, the indexer's top-k,
+the sparse attention, the routing) into a few C++ loops. `CompiledDecode` compiles
+`Transformer.forward_paged` for such steps in a background thread and then serves them; every
+other step runs eager. One per loaded model (`LoadedModel.compiled_decode`), shared by all
+its engines.
+
+Invariants:
+- Compiling never runs on a request's path. The background thread compiles against a private
+  scratch cache (steps of one and of two sequences over a context longer than `index_topk`,
+  which are the two graphs dynamic shapes need), and the runner uses the result only once both
+  exist. Calls run under the stance "fail_on_recompile": a step the graphs do not match raises
+  instead of compiling, and that step runs eager (the engine counts it in
+  `compiled_fallbacks`).
+- Covered steps: every sequence feeds one token (`PagedBatch.lean_decode`), the context is
+  sparse (longer than `index_topk`), no latents are spilled to the host, nothing records
+  attention. Prefill, MTP drafts, short dense contexts and Triton (CUDA) steps run eager, and
+  so do the steps of an engine whose cache blocks differ in size from the first one's (the
+  graphs are specialised to it; such steps count as fallbacks), and, where `index_topk` is
+  below the block size, sparse steps whose sequences all fit in one block (dynamo specialises
+  size-1 dimensions).
+- Same maths as the eager step, rounded differently (fused and vectorised loops, the experts
+  summed in routing order): logits agree to ~1e-5, not bit for bit. Tests compare the two.
+- The routed experts must be stacked (`Experts.stack`): each expert's fused gate/up weight
+  becomes a view of one [E, 2I, D] tensor and the down weights are copied into [E, D, I].
+  Models whose experts were too large to fuse are refused (state "unavailable").
+- Inductor's compiled code is cached on disk (`cache_dir`, unless TORCHINDUCTOR_CACHE_DIR is
+  set): a later start compiles in ~1/4 of the first start's time.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from model_runtime.cache import KVCache
+from model_runtime.model import MoE, Transformer
+from model_runtime.paged import PagedBatch
+
+log = logging.getLogger(__name__)
+
+
+
+@dataclass
+class CompileStatus:
+    """What `glm5.stats` and the benchmarks report about compiled decoding."""
+
+    state: str  # "compiling" | "ready" | "failed" | "unavailable"
+    seconds: float = 0.0  # wall time of the background compile
+    error: str = ""
+
+
+class CompiledDecode:
+    def __init__(self, model: Transformer, dtype: torch.dtype, device: torch.device | str, block_size: int,
+                 cache_dir: str | Path | None = None) -> None:
+        self.model, self._dtype, self._device, self.block_size = model, dtype, torch.device(device), block_size
+        self._fn: Callable[..., torch.Tensor] | None = None
+        self._missed = False  # a step has run eager for want of a matching graph (logged once)
+        self.status = CompileStatus("compiling")
+        self._thread: threading.Thread | None = None
+        reason = self._unavailable()
+        if reason:
+            self.status = CompileStatus("unavailable", error=reason)
+        elif cache_dir is not None and not os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(Path(cache_dir).expanduser())
+
+    def _unavailable(self) -> str:
+        if self._device.type != "cpu":
+            return f"compiled decoding is for the CPU; {self._device.type} runs the Triton kernels"
+        for block in self.model.layers:
+            if isinstance(block.mlp, MoE) and any(e.gate_up is None for e in block.mlp.experts):
+                return "the routed experts are too large to fuse (FUSE_EXPERTS_BYTES), so they cannot be stacked"
+        return ""
+
+    def start(self) -> None:
+        """Compile in a background thread (once)."""
+        if self.status.state == "compiling" and self._thread is None:
+            self._thread = threading.Thread(target=self._compile, name="glm5-compile", daemon=True)
+            self._thread.start()
+
+    def wait(self, timeout: float | None = None) -> CompileStatus:
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return self.status
+
+    def _compile(self) -> None:
+        start = time.perf_counter()
+        try:
+            for block in self.model.layers:
+                if isinstance(block.mlp, MoE):
+                    block.mlp.experts.stack()
+            fn = torch.compile(self.model.forward_paged, dynamic=True, fullgraph=True)
+            for seqs in (1, 2):
+                self._warm(fn, seqs)
+        except Exception as exc:  # noqa: BLE001 - any compiler failure leaves decoding eager
+            log.warning("compiled decoding failed; decode steps stay eager: %s", exc)
+            self.status = CompileStatus("failed", time.perf_counter() - start, error=f"{type(exc).__name__}: {exc}"[:500])
+            return
+        self._fn = fn
+        self.status = CompileStatus("ready", time.perf_counter() - start)
+        log.info("compiled decoding ready in %.1f s", self.status.seconds)
+
+    def _warm(self, fn: Callable[..., torch.Tensor], seqs: int) -> None:
+        """Run (and so compile) one decode step of `seqs` sequences on a scratch cache. The graphs'
+        guards check inference mode per tensor: the cache is made outside it, like the engine's,
+        and the step's tensors inside it."""
+        cfg, bs = self.model.cfg, self.block_size
+        context = max(cfg.index_topk, bs) + 2  # sparse, over two blocks or more: no size-1 dimension to specialise
+        per_seq = -(-context // bs)
+        scratch = KVCache(cfg, seqs * per_seq, bs, self._dtype, self._device)
+        tables = [list(range(s * per_seq, (s + 1) * per_seq)) for s in range(seqs)]
+        rope = (cfg.qk_rope_head_dim, cfg.rope_theta)
+        with torch.inference_mode():  # the step's own tensors are made in it, as in `ModelRunner.run`
+            batch = PagedBatch.build([(context - 1, context)] * seqs, tables, bs, cfg.index_topk, rope, device=self._device)
+            if not self.covers(batch):
+                raise RuntimeError("the warm-up step is not one compiled decoding covers")
+            fn(torch.zeros(seqs, dtype=torch.long, device=self._device), batch, scratch)
+
+    @property
+    def ready(self) -> bool:
+        return self._fn is not None
+
+    def covers(self, batch: PagedBatch) -> bool:
+        """A step the compiled graphs are for (whether or not they are ready)."""
+        return batch.lean_decode and not batch.dense and batch.latents is None
+
+    def forward(self, ids: torch.Tensor, batch: PagedBatch, cache: KVCache) -> torch.Tensor | None:
+        """Final-normed hidden [N, D] of a covered step once ready, or None when no graph
+        matches (the caller runs the step eager; nothing was written)."""
+        if self._fn is None:
+            raise RuntimeError("compiled decoding is not ready")
+        try:
+            with torch.compiler.set_stance("fail_on_recompile"):
+                return self._fn(ids, batch, cache)
+        except Exception as exc:  # noqa: BLE001 - a guard miss, or a compiled graph that failed
+            if not self._missed:
+                log.info("a decode step ran eager: %s", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            self._missed = True
+            return None
