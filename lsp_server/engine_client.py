@@ -79,14 +79,17 @@ class RuntimeOptions:
     exact and the fast path for small models there; bfloat16 on an accelerator), and whether
     greedy requests decode speculatively with the MTP layer (same output; pays off where
     verifying two tokens costs about one step, i.e. not on a small CPU), and its intra-op CPU
-    threads (`model_runtime.runtime.set_threads`; 0 = auto, one per core but one). With `remote`,
-    the model runs behind an OpenAI-compatible endpoint instead (`model_runtime.remote`)."""
+    threads (`model_runtime.runtime.set_threads`; 0 = auto, one per core but one), and whether its
+    decode steps are compiled (`model_runtime.compiled`; inductor's code cached under the cache
+    root). With `remote`, the model runs behind an OpenAI-compatible endpoint instead
+    (`model_runtime.remote`)."""
 
     device: str = "cpu"
     dtype: str = "auto"
     mtp: bool = False
     remote: RemoteConfig | None = None
     threads: int = 0
+    compile_decode: bool = False
 
     def resolved_dtype(self) -> str:
         if self.dtype != "auto":
@@ -104,13 +107,15 @@ def load_runtime(path: str, runtime: RuntimeOptions) -> ModelHandle:
         return load_remote(path, runtime.remote)
     from model_runtime import load_model
     from model_runtime.config import EngineConfig
+    from model_runtime.kvstore.paths import cache_root
     from model_runtime.runtime import set_threads
 
     set_threads(runtime.threads)
     loaded = load_model(path, device=runtime.device, dtype=runtime.resolved_dtype())
     if loaded.tokenizer is None:
         raise ValueError(f"{path}: the checkpoint has no usable tokenizer.json")
-    engine = loaded.engine(EngineConfig(use_mtp=runtime.mtp))
+    compile_cache = str(cache_root() / "inductor") if runtime.compile_decode else ""
+    engine = loaded.engine(EngineConfig(use_mtp=runtime.mtp, compile_decode=runtime.compile_decode, compile_cache_dir=compile_cache))
     return ModelHandle(engine, loaded.tokenizer, path, loaded.config.max_position_embeddings)
 
 

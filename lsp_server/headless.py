@@ -97,7 +97,7 @@ def run_complete(args: argparse.Namespace) -> int:
     index = WorkspaceIndex([root])
     index.build(None)
     try:
-        handle = load_runtime(model, RuntimeOptions(args.device or settings.device, args.dtype or settings.dtype, args.mtp or settings.mtp, remote, settings.threads)).safe()
+        handle = load_runtime(model, RuntimeOptions(args.device or settings.device, args.dtype or settings.dtype, args.mtp or settings.mtp, remote, settings.threads, settings.compile_decode)).safe()
     except Exception as exc:
         print(f"lsp_server complete: cannot load model from {remote.base_url if remote else model}: {exc}", file=sys.stderr)
         return 2

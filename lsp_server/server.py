@@ -94,6 +94,7 @@ class Glm5Server(LanguageServer):
         return RuntimeOptions(
             self.cli_device or self.settings.device, self.cli_dtype or self.settings.dtype, self.cli_mtp or self.settings.mtp,
             self.cli_engine or self.settings.engine, threads=self.settings.threads,
+            compile_decode=self.settings.compile_decode,
         )
 
     # ---- read-only views of the workspace state ----------------------------------------------

@@ -25,6 +25,10 @@ Role: one frozen `ServerSettings` value; every change makes a new one. The keys 
     mtp                   speculative decoding of greedy requests with the model's MTP layer
     threads               intra-op CPU threads of the in-process runtime (start-up only); 0 = auto:
                           one per core but one, at least 1 (a busy core makes every op wait)
+    compileDecode         compile the runtime's decode steps with torch.compile (CPU, start-up only):
+                          about half the time per decode step once compiled, which takes the
+                          cores for 30 s to a few minutes in the background after the model loads
+                          (cached on disk for later starts); steps run eager until then
     constraints           steer decoding with the IDE state: members, defined names, brackets,
                           single line, token healing (`context.constraints`)
     numCandidates         the model's n-best per completion (1 = greedy only)
@@ -84,6 +88,7 @@ class ServerSettings:
     dtype: str = "auto"
     mtp: bool = False
     threads: int = 0
+    compile_decode: bool = False
     constraints: bool = True
     num_candidates: int = 4
     retrieval: bool = True
@@ -123,6 +128,7 @@ _CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "device": (lambda v: isinstance(v, str) and v != "", "a torch device name"),
     "dtype": (lambda v: v in DTYPES, "one of " + ", ".join(DTYPES)),
     "mtp": (lambda v: isinstance(v, bool), "true or false"),
+    "compile_decode": (lambda v: isinstance(v, bool), "true or false"),
     "threads": (lambda v: _is_int(v) and 0 <= v <= 1024, "an integer in 0..1024 (0 = auto)"),
     "constraints": (lambda v: isinstance(v, bool), "true or false"),
     "num_candidates": (lambda v: _is_int(v) and 1 <= v <= 16, "an integer in 1..16"),

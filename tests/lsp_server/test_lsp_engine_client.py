@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 
 import pytest
@@ -159,6 +160,27 @@ def test_mtp_option_reaches_the_engine_and_needs_an_mtp_layer(tmp_path):
     make_tiny_checkpoint(tmp_path / "without", ModelConfig.tiny(num_nextn_predict_layers=0))
     with pytest.raises(ValueError, match="MTP layer"):
         load_runtime(str(tmp_path / "without"), RuntimeOptions("cpu", "auto", mtp=True))
+
+
+def test_compile_decode_option_starts_compiling_with_its_cache_under_the_cache_root(tmp_path, monkeypatch):
+    from lsp_server.engine_client import load_runtime
+    from model_runtime.compiled import CompiledDecode
+    from model_runtime.testing import make_tiny_checkpoint
+
+    started = []
+    monkeypatch.setattr(CompiledDecode, "start", lambda self: started.append(self))  # no real compile here
+    monkeypatch.setenv("GLM5_LSP_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    make_tiny_checkpoint(tmp_path / "model")
+    handle = load_runtime(str(tmp_path / "model"), RuntimeOptions("cpu", compile_decode=True))
+    try:
+        assert handle.engine.config.compile_decode
+        assert handle.engine.config.compile_cache_dir == str(tmp_path / "cache" / "inductor")
+        assert started == [handle.engine.runner.compiled]
+        assert handle.engine.stats().compiled_decode == "compiling"
+    finally:
+        handle.engine.shutdown()
+        os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)  # set for inductor by CompiledDecode
 
 
 async def _until(predicate, what: str) -> None:

@@ -27,6 +27,7 @@ def test_valid_keys_update_a_copy():
         ({"model": ""}, "'model'"),
         ({"dtype": "float64"}, "'dtype': expected one of auto, float32, bfloat16, float16"),
         ({"mtp": "on"}, "'mtp': expected true or false"),
+        ({"compileDecode": "yes"}, "'compileDecode': expected true or false"),
         ({"maxDecodeMs": -1}, "'maxDecodeMs': expected an integer in 0..60000"),
         ({"threads": -2}, "'threads': expected an integer in 0..1024 (0 = auto)"),
     ],
@@ -69,3 +70,12 @@ def test_the_threads_setting_reaches_the_runtime_options():
     assert server.runtime_options.threads == 0  # auto by default
     server.settings, problems = parse_settings({"threads": 1}, server.settings)
     assert problems == [] and server.runtime_options.threads == 1
+
+
+def test_the_compile_decode_setting_reaches_the_runtime_options():
+    from lsp_server.server import build_server
+
+    server = build_server()
+    assert server.runtime_options.compile_decode is False  # off by default: it costs start-up time
+    server.settings, problems = parse_settings({"compileDecode": True}, server.settings)
+    assert problems == [] and server.runtime_options.compile_decode is True

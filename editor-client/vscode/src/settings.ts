@@ -3,7 +3,7 @@
  *
  * Role: turn the raw configuration values into one typed `Glm5Settings`, and derive the server's
  * `initializationOptions` and `workspace/didChangeConfiguration` payload from it. The server's
- * keys are camelCase (`model`, `device`, `dtype`, `mtp`, `maxTokens`, `temperature`, `multiline`,
+ * keys are camelCase (`model`, `device`, `dtype`, `mtp`, `compileDecode`, `maxTokens`, `temperature`, `multiline`,
  * `streaming`, and `engine: {url, apiKeyEnv}` for a remote engine such as glm5-serve or vLLM).
  *
  * Invariants: pure, no `vscode` import; a bad value never throws: it falls back to the default
@@ -22,6 +22,7 @@ export interface Glm5Settings {
   readonly device: string;
   readonly dtype: Dtype;
   readonly mtp: boolean;
+  readonly compileDecode: boolean;
   readonly engineUrl: string;
   readonly engineApiKeyEnv: string;
   readonly maxTokens: number;
@@ -39,6 +40,7 @@ export const DEFAULT_SETTINGS: Glm5Settings = {
   device: '',
   dtype: 'auto',
   mtp: false,
+  compileDecode: false,
   engineUrl: '',
   engineApiKeyEnv: '',
   maxTokens: 64,
@@ -59,6 +61,7 @@ const CHECKS: { [K in keyof Glm5Settings]: Check } = {
   device: [(v) => typeof v === 'string', 'a torch device name such as "cuda"'],
   dtype: [(v) => v === 'auto' || v === 'float32' || v === 'bfloat16' || v === 'float16', '"auto", "float32", "bfloat16" or "float16"'],
   mtp: [(v) => typeof v === 'boolean', 'true or false'],
+  compileDecode: [(v) => typeof v === 'boolean', 'true or false'],
   engineUrl: [(v) => typeof v === 'string' && (v.trim() === '' || /^https?:\/\/\S+$/.test(v.trim())), 'an http(s) URL such as http://127.0.0.1:8000'],
   engineApiKeyEnv: [(v) => typeof v === 'string', 'the name of an environment variable'],
   maxTokens: [isInt(1, 4096), 'an integer in 1..4096'],
@@ -103,11 +106,11 @@ export function initializationOptions(s: Glm5Settings): Record<string, unknown> 
   const url = s.engineUrl.trim();
   const keyEnv = s.engineApiKeyEnv.trim();
   const engine = url ? { engine: { url, ...(keyEnv ? { apiKeyEnv: keyEnv } : {}) } } : {};
-  return { ...serverSettings(s), streaming: true, dtype: s.dtype, mtp: s.mtp, ...(model ? { model } : {}), ...(device ? { device } : {}), ...engine };
+  return { ...serverSettings(s), streaming: true, dtype: s.dtype, mtp: s.mtp, compileDecode: s.compileDecode, ...(model ? { model } : {}), ...(device ? { device } : {}), ...engine };
 }
 
 /** Whether changing from `a` to `b` needs a server restart (the process, the model or how it runs differs). */
 export function needsRestart(a: Glm5Settings, b: Glm5Settings): boolean {
   return a.pythonPath !== b.pythonPath || a.modelPath !== b.modelPath || a.device !== b.device || a.dtype !== b.dtype || a.mtp !== b.mtp
-    || a.engineUrl !== b.engineUrl || a.engineApiKeyEnv !== b.engineApiKeyEnv;
+    || a.compileDecode !== b.compileDecode || a.engineUrl !== b.engineUrl || a.engineApiKeyEnv !== b.engineApiKeyEnv;
 }

@@ -15,7 +15,7 @@ test('unset settings take the defaults, with no problems', () => {
 
 test('valid settings are kept as given', () => {
   const values = { enable: false, pythonPath: '/opt/py', modelPath: '/m', maxTokens: 200, debounceMs: 0, temperature: 0, multiline: 'never',
-    device: 'cuda:1', dtype: 'bfloat16', mtp: true, engineUrl: 'http://127.0.0.1:8000', engineApiKeyEnv: 'GLM5_KEY',
+    device: 'cuda:1', dtype: 'bfloat16', mtp: true, compileDecode: true, engineUrl: 'http://127.0.0.1:8000', engineApiKeyEnv: 'GLM5_KEY',
     serverOptions: { abstain: false } };
   const { settings, problems } = reading(values);
   assert.deepEqual(settings, values);
@@ -37,7 +37,7 @@ test('a bad value falls back to its default and the problem names the setting an
 
 test('initializationOptions turn streaming on and name the model only when one is set', () => {
   const plain = initializationOptions(DEFAULT_SETTINGS);
-  assert.deepEqual(plain, { maxTokens: 64, temperature: 0.2, multiline: 'auto', streaming: true, dtype: 'auto', mtp: false });
+  assert.deepEqual(plain, { maxTokens: 64, temperature: 0.2, multiline: 'auto', streaming: true, dtype: 'auto', mtp: false, compileDecode: false });
   const withModel = initializationOptions({ ...DEFAULT_SETTINGS, modelPath: '  ~/models/glm5  ', multiline: 'always' });
   assert.equal(withModel.model, path.join(os.homedir(), 'models/glm5'));
   assert.equal(withModel.multiline, 'always');
@@ -70,6 +70,7 @@ test('the interpreter, the model and how it runs need a restart; the rest is sen
   assert.equal(needsRestart(DEFAULT_SETTINGS, { ...DEFAULT_SETTINGS, device: 'cuda' }), true);
   assert.equal(needsRestart(DEFAULT_SETTINGS, { ...DEFAULT_SETTINGS, dtype: 'bfloat16' }), true);
   assert.equal(needsRestart(DEFAULT_SETTINGS, { ...DEFAULT_SETTINGS, mtp: true }), true);
+  assert.equal(needsRestart(DEFAULT_SETTINGS, { ...DEFAULT_SETTINGS, compileDecode: true }), true);
   assert.equal(needsRestart(DEFAULT_SETTINGS, { ...DEFAULT_SETTINGS, engineUrl: 'http://127.0.0.1:8000' }), true);
   assert.deepEqual(serverSettings({ ...DEFAULT_SETTINGS, maxTokens: 9 }), { maxTokens: 9, temperature: 0.2, multiline: 'auto' });
 });
