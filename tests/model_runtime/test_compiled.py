@@ -144,3 +144,18 @@ def test_experts_too_large_to_stack_are_refused(checkpoint, eager):
     assert got == want
     assert stats.compiled_decode == "unavailable" and stats.compiled_steps == 0
     assert "too large" in loaded.compiled_decode(BLOCK).status.error
+
+
+def test_decoding_while_the_compile_runs_is_eager_and_unchanged(checkpoint, eager):
+    """The server's case: requests keep coming while the background thread compiles."""
+    want, _ = decode(eager, prompts(2), OFF)
+    loaded = load_model(checkpoint)
+    compiling = loaded.compiled_decode(BLOCK)
+    rounds = 0
+    while compiling.status.state == "compiling" or rounds == 0:
+        got, stats = decode(loaded, prompts(2), ON)
+        assert got == want
+        rounds += 1
+    assert compiling.wait(1200).state == "ready"
+    got, stats = decode(loaded, prompts(2), ON)
+    assert got == want and stats.compiled_steps > 0 and rounds >= 1
