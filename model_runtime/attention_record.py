@@ -4,7 +4,7 @@ Role: optional instrumentation of the engine, off unless a request sets
 `GenerationRequest.record_attention`. A `RequestRecord` accumulates one request's counts across
 steps; a `StepRecorder` is built by the engine for one step that has at least one recorded
 sequence, and the `ModelRunner` hands it to the model, which reports each layer's top-k slots
-(`on_layer`); router choices come from forward hooks on the MoE gates, attached only for that step.
+(`on_layer`); router choices come from observers on the MoE gates (`Gate.observe`), attached only for that step.
 
 What is counted:
 - selections: for every prompt token, how many times a *generating* query selected it, summed
@@ -17,7 +17,7 @@ What is counted:
   prefix cache were not run and are not counted); () for dense-MLP layers.
 
 Invariants: recording never changes what the model computes (it only reads the top-k slots and
-the router's indices); a step without recorded sequences gets no recorder and no hooks.
+the router's indices); a step without recorded sequences gets no recorder and no observers.
 """
 
 from __future__ import annotations
@@ -72,21 +72,17 @@ class StepRecorder:
 
     @contextmanager
     def recording(self, model: Transformer, batch: PagedBatch) -> Iterator[None]:
-        """Hooks on every MoE gate of the main layers, for the duration of one forward."""
+        """Observers on every MoE gate of the main layers, for the duration of one forward."""
         self.batch = batch
         for slot in self.slots:
             start, end = batch.query_starts[slot.b], batch.query_starts[slot.b + 1]
             slot.record.queries += max(0, end - start - slot.first_logit_row)
-        handles = [
-            layer.mlp.gate.register_forward_hook(self._router_hook(i))
-            for i, layer in enumerate(model.layers)
-            if isinstance(layer.mlp, MoE)
-        ]
+        removers = [layer.mlp.gate.observe(self._router_observer(i)) for i, layer in enumerate(model.layers) if isinstance(layer.mlp, MoE)]
         try:
             yield
         finally:
-            for handle in handles:
-                handle.remove()
+            for remove in removers:
+                remove()
             self.batch = None
 
     def on_layer(self, layer: int, indices: torch.Tensor | None) -> None:
@@ -106,14 +102,13 @@ class StepRecorder:
             n = min(len(counts), len(slot.record.selections))
             slot.record.selections[:n] += counts[:n]
 
-    def _router_hook(self, layer: int):
-        def hook(_gate, _inputs, output: tuple[torch.Tensor, torch.Tensor]) -> None:
+    def _router_observer(self, layer: int):
+        def observe(_weights: torch.Tensor, experts: torch.Tensor) -> None:
             batch = self.batch
             assert batch is not None
-            experts = output[1]
             for slot in self.slots:
                 start, end = batch.query_starts[slot.b], batch.query_starts[slot.b + 1]
                 load = slot.record.expert_load[layer]
                 load += torch.bincount(experts[start:end].flatten().cpu(), minlength=len(load))
 
-        return hook
+        return observe

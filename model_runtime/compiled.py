@@ -17,7 +17,8 @@ Invariants:
   `compiled_fallbacks`).
 - Covered steps: every sequence feeds one token (`PagedBatch.lean_decode`), the context is
   sparse (longer than `index_topk`), no latents are spilled to the host, nothing records
-  attention. Prefill, MTP drafts, short dense contexts and Triton (CUDA) steps run eager, and
+  attention or observes the routers (`Gate.observe`, the warm-up's expert count: observers
+  are not module hooks, so a trace never includes one). Prefill, MTP drafts, short dense contexts and Triton (CUDA) steps run eager, and
   so do the steps of an engine whose cache blocks differ in size from the first one's (the
   graphs are specialised to it; such steps count as fallbacks), and, where `index_topk` is
   below the block size, sparse steps whose sequences all fit in one block (dynamo specialises

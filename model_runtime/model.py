@@ -24,6 +24,7 @@ Invariants:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -351,6 +352,14 @@ class Gate(nn.Module):
         self.norm, self.route_scale = cfg.norm_topk_prob, cfg.routed_scaling_factor
         self.weight = nn.Parameter(torch.empty(cfg.n_routed_experts, cfg.hidden_size, dtype=torch.float32))
         self.register_buffer("e_score_correction_bias", torch.zeros(cfg.n_routed_experts, dtype=torch.float32))
+        self.observers: list[Callable[[torch.Tensor, torch.Tensor], None]] = []  # see `observe`
+
+    def observe(self, fn: Callable[[torch.Tensor, torch.Tensor], None]) -> Callable[[], None]:
+        """Call `fn(weights, indices)` after each eager forward; returns its remover. Not a module
+        hook: a compiled graph neither traces nor guards on observers (`model_runtime.compiled`),
+        and the runner runs a step eager while any gate is observed."""
+        self.observers.append(fn)
+        return lambda: self.observers.remove(fn)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x [N,D] -> weights [N,k] fp32, expert indices [N,k]."""
@@ -365,7 +374,11 @@ class Gate(nn.Module):
         weights = scores.gather(-1, indices)
         if self.norm:
             weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)
-        return weights * self.route_scale, indices
+        weights = weights * self.route_scale
+        if not torch.compiler.is_compiling() and self.observers:
+            for observe in self.observers:
+                observe(weights, indices)
+        return weights, indices
 
 
 class Experts(nn.ModuleList):
@@ -570,6 +583,11 @@ class Transformer(nn.Module):
         return TrainOutput(loss, lm_loss, mtp_loss, indexer_kl, loads)
 
     # ---- paged forward (engine) ---------------------------------------------------------
+    @property
+    def observed(self) -> bool:
+        """Some MoE gate has observers (`Gate.observe`): such steps run eager."""
+        return any(block.mlp.gate.observers for block in [*self.layers, *self.mtp] if isinstance(block.mlp, MoE))
+
     def ensure_fused(self) -> None:
         """`fuse_for_inference` unless it has run (the weights are frozen from then on)."""
         if self.layers[0].self_attn.fused_in is None:

@@ -93,7 +93,7 @@ class ModelRunner:
 
     def _compiled_forward(self, ids: torch.Tensor, batch: PagedBatch) -> torch.Tensor | None:
         """The step through the compiled graphs when they are ready and cover it, else None."""
-        if self.compiled is None or not self.compiled.ready or not self.compiled.covers(batch):
+        if self.compiled is None or not self.compiled.ready or not self.compiled.covers(batch) or self.model.observed:
             return None
         hidden = self.compiled.forward(ids, batch, self.cache)
         self.compiled_counts["compiled_steps" if hidden is not None else "compiled_fallbacks"] += 1

@@ -6,7 +6,7 @@ the MTP layer, and leave the shared context in the prefix cache.
 
 Invariant: ordinary low-priority requests through the scheduler (so it warms exactly what
 completions use): user requests submitted meanwhile are admitted first and their aborts are
-handled as always; the router hooks are added and removed on the engine thread. Experts picked
+handled as always; the router observers are added and removed on the engine thread. Experts picked
 for user requests during warm-up count as hit too (they are warm as well). No new warm-up prompt
 starts while a user's request (priority >= 0) is waiting or running: the warm-up pauses, so the
 user's completion neither shares its steps nor waits behind a warm-up prefill. The caller's
@@ -57,11 +57,11 @@ def run_warmup(
 
     def install() -> list:
         return [
-            g.register_forward_hook(lambda _m, _i, out, layer=i: hit.update((layer, e) for e in out[1].flatten().tolist()))
+            g.observe(lambda _weights, indices, layer=i: hit.update((layer, e) for e in indices.flatten().tolist()))
             for i, g in enumerate(gates)
         ]
 
-    hooks = engine.call(install)  # hooks change only on the engine thread, between steps
+    removers = engine.call(install)  # observers change only on the engine thread, between steps
     forwards = tokens = 0
     try:
         for i, ids in enumerate(prompts):
@@ -74,7 +74,7 @@ def run_warmup(
             if progress is not None:
                 progress((i + 1) / len(prompts), f"warm-up {i + 1}/{len(prompts)}")
     finally:
-        engine.call(lambda: [h.remove() for h in hooks])
+        engine.call(lambda: [remove() for remove in removers])
     total = sum(g.weight.shape[0] for g in gates)
     return WarmupReport(forwards, tokens, len(hit), total, time.perf_counter() - start)
 

@@ -15,6 +15,7 @@ from model_runtime.api import EngineStats, GenerationRequest, SamplingParams
 from model_runtime.config import EngineConfig, ModelConfig
 from model_runtime.engine import Engine
 from model_runtime.loader import save_checkpoint
+from model_runtime.model import MoE
 from model_runtime.testing import random_model
 
 CFG = ModelConfig.tiny(
@@ -147,15 +148,24 @@ def test_experts_too_large_to_stack_are_refused(checkpoint, eager):
 
 
 def test_decoding_while_the_compile_runs_is_eager_and_unchanged(checkpoint, eager):
-    """The server's case: requests keep coming while the background thread compiles."""
+    """The server's case: requests keep coming while the background thread compiles, and the
+    router warm-up observes the gates meanwhile. The compile must not trace the observer; a step
+    taken while a gate is observed runs eager (and is observed); without observers, compiled."""
     want, _ = decode(eager, prompts(2), OFF)
     loaded = load_model(checkpoint)
+    gate = next(block.mlp.gate for block in loaded.model.layers if isinstance(block.mlp, MoE))
+    seen: list[int] = []
+    remove = gate.observe(lambda _weights, indices: seen.append(indices.shape[0]))
     compiling = loaded.compiled_decode(BLOCK)
     rounds = 0
     while compiling.status.state == "compiling" or rounds == 0:
-        got, stats = decode(loaded, prompts(2), ON)
+        got, _ = decode(loaded, prompts(2), ON)
         assert got == want
         rounds += 1
-    assert compiling.wait(1200).state == "ready"
+    assert compiling.wait(1200).state == "ready", compiling.status
+    observed_before = len(seen)
     got, stats = decode(loaded, prompts(2), ON)
-    assert got == want and stats.compiled_steps > 0 and rounds >= 1
+    assert got == want and stats.compiled_steps == 0 and len(seen) > observed_before
+    remove()
+    got, stats = decode(loaded, prompts(2), ON)
+    assert got == want and stats.compiled_steps > 0 and stats.compiled_fallbacks == 0
