@@ -14,8 +14,9 @@ the editor, and the pauses while typing.
    as an editor's auto-indent does) one inline completion, each answer awaited before typing on.
    p50/p95 to the first streamed text and to the final text, one server per variant, one after
    the other: the shipped defaults (candidates, retrieval, rerank, abstain; decode budget
-   `maxDecodeMs` 200), the plain streamed pipeline (one greedy candidate), and that without the
-   decode budget.
+   `maxDecodeMs` 200), the plain streamed pipeline (one greedy candidate), the same with
+   compiled decoding (`compileDecode`, typing from when its compile is ready), and the plain one
+   without the decode budget.
 
 What it leaves out: the client's own debounce and rendering; the machine's other load (printed).
 
@@ -156,19 +157,28 @@ def typed_chunks(text: str) -> list[str]:
 
 
 PLAIN = {"numCandidates": 1, "retrieval": False, "rerank": False, "abstain": False}  # the greedy text, streamed
+COMPILED = {"compileDecode": True}  # a start-up setting: sent as initializationOptions
 TYPING_VARIANTS = (
     ("shipped defaults", {}),
     ("shipped defaults with skipUnreachable off", {"skipUnreachable": False}),
     ("plain streamed pipeline", PLAIN),
+    ("plain streamed pipeline with compileDecode", {**PLAIN, **COMPILED}),
     ("plain, no decode budget", {**PLAIN, "maxDecodeMs": 0}),
 )
+INDUCTOR_CACHE = Path(tempfile.gettempdir()) / "glm5-bench-inductor"  # shared by runs: the cold compile once
 
 
 async def typing_run(model: str, rec, settings: dict, log: Path) -> dict[str, list[float]]:
-    """Type `rec` back; at each pause ask and await the answer. Returns latencies (s) and counts."""
+    """Type `rec` back; at each pause ask and await the answer. Returns latencies (s) and counts.
+    With `compileDecode`, typing starts once the background compile is ready (its cost is the
+    start-up's, `bench_compile.py`)."""
     root = Path(rec.path).parent
-    env = {"GLM5_LSP_CACHE_DIR": tempfile.mkdtemp(prefix="bench-latency-kv-")}
-    client, notes = await start_server(model, root, True, 96, log, None, env)
+    env = {"GLM5_LSP_CACHE_DIR": tempfile.mkdtemp(prefix="bench-latency-kv-"), "TORCHINDUCTOR_CACHE_DIR": str(INDUCTOR_CACHE)}
+    start = {key: settings[key] for key in COMPILED if key in settings}
+    settings = {key: value for key, value in settings.items() if key not in start}
+    client, notes = await start_server(model, root, True, 96, log, None, env, start)
+    if start:
+        await _compiled_ready(client)
     if settings:
         client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"glm5": settings}))
     out: dict[str, list[float]] = {"first": [], "final": [], "shown": [], "steps": [], "tokens": [], "generate": [], "settle": [], "unreachable": []}
@@ -193,7 +203,11 @@ async def typing_run(model: str, rec, settings: dict, log: Path) -> dict[str, li
             streamed = [at for at, m, p in notes if m == "glm5/inlineCompletionProgress" and str(p.requestId) == msg_id]
             if streamed:
                 out["first"].append(streamed[0] - sent)
-        for record in (await _stats(client))["recent"]:
+        stats = await _stats(client)
+        if start:
+            engine = stats["engine"]
+            out["compiled"] = [engine["compiled_steps"], engine["compiled_fallbacks"], engine["compile_seconds"]]
+        for record in stats["recent"]:
             if record["outcome"] == "out_of_reach":
                 out["unreachable"].append(float(record["settle_s"] > 0))  # 1: scored first, then skipped
             if record["outcome"] in ("answered", "empty", "out_of_reach") and (record["prompt_tokens"] or record["outcome"] == "out_of_reach"):
@@ -206,6 +220,13 @@ async def typing_run(model: str, rec, settings: dict, log: Path) -> dict[str, li
     return out
 
 
+async def _compiled_ready(client) -> None:
+    while (state := (await _stats(client))["engine"]["compiled_decode"]) == "compiling":
+        await asyncio.sleep(1.0)
+    if state != "ready":
+        raise RuntimeError(f"compiled decoding is {state}, not ready")
+
+
 async def typing_table(model_name: str, path: Path, chars: int, logs: Path, variants: list[str]) -> None:
     model = model_dir(model_name)
     with tempfile.TemporaryDirectory(prefix="bench-latency-ws-") as ws:
@@ -216,6 +237,7 @@ async def typing_table(model_name: str, path: Path, chars: int, logs: Path, vari
         print(f"\ntyping {chars} characters into {path.name} (unseen), {model_name} model: a request at each of {pauses} pauses, each awaited")
         print("| pipeline | requests | first text p50 ms | first text p95 ms | final p50 ms | final p95 ms | with text | their final p50 ms | their final p95 ms | decode steps (mean) | tokens (mean) | generate p50 ms | settle p50 ms | decode skipped |")
         print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        notes: list[str] = []
         for i, (label, settings) in enumerate(TYPING_VARIANTS):
             if variants and label not in variants:
                 continue
@@ -227,6 +249,10 @@ async def typing_table(model_name: str, path: Path, chars: int, logs: Path, vari
                   f"{statistics.mean(run['steps'] or [0]):.1f} | {statistics.mean(run['tokens'] or [0]):.1f} | "
                   f"{pct(run['generate'] or [0.0], .5) * 1000:,.1f} | {pct(run['settle'] or [0.0], .5) * 1000:,.1f} | "
                   f"{len(run['unreachable'])} ({sum(run['unreachable']):.0f} after scoring) |")
+            if "compiled" in run:
+                steps, fallbacks, seconds = run["compiled"]
+                notes.append(f"{label}: {steps:.0f} decode steps compiled, {fallbacks:.0f} fell back to eager; compiled in {seconds:.1f} s before typing")
+        print("\n".join(notes))
 
 
 async def main_async(args: argparse.Namespace) -> None:
