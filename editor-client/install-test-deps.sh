@@ -19,7 +19,8 @@ has_eglot() {
     emacs --batch --eval "(progn (require 'package) (package-activate-all) (require 'eglot))" >/dev/null 2>&1
 }
 
-# chromium: Playwright's browser; the rest build code-server's native modules (kerberos needs libkrb5-dev).
+# chromium: Playwright's browser; the rest build code-server's native modules (kerberos needs libkrb5-dev);
+# g++ is also the compiler torch.compile's Inductor needs for compiled decoding (tests/model_runtime/test_compiled.py).
 apt_packages=(chromium libkrb5-dev libsecret-1-dev libxkbfile-dev libx11-dev g++ make python3)
 apt_missing=()
 for package in "${apt_packages[@]}"; do
