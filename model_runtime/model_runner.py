@@ -62,17 +62,18 @@ class ModelRunner:
         self.compiled_counts = {"compiled_steps": 0, "compiled_fallbacks": 0}
 
     def _batch(self, feeds: list[Feed]) -> PagedBatch:
-        batch = self.build_batch([(f.start, f.start + len(f.tokens)) for f in feeds], [f.block_table for f in feeds])
-        batch.latents = SpilledLatents.for_step(self.cache, [f.block_table for f in feeds])
-        return batch
-
-    def build_batch(self, spans: list[tuple[int, int]], block_tables: list[list[int]]) -> PagedBatch:
-        """The step context of `spans` (first new position, context length after the step)."""
-        return PagedBatch.build(
-            spans, block_tables, self.cache.block_size, self.cfg.index_topk,
-            (self.cfg.qk_rope_head_dim, self.cfg.rope_theta), self.engine_config.attention, self.device,
+        batch = PagedBatch.build(
+            [(f.start, f.start + len(f.tokens)) for f in feeds],
+            [f.block_table for f in feeds],
+            self.cache.block_size,
+            self.cfg.index_topk,
+            (self.cfg.qk_rope_head_dim, self.cfg.rope_theta),
+            self.engine_config.attention,
+            self.device,
             self._attention_cost,
         )
+        batch.latents = SpilledLatents.for_step(self.cache, [f.block_table for f in feeds])
+        return batch
 
     @torch.inference_mode()
     def run(self, feeds: list[Feed], recorder: StepRecorder | None = None) -> StepOutput:
