@@ -15,6 +15,8 @@ Invariants:
   never depends on tensor values (no host synchronisation; CUDA-graph friendly).
 - A block id outside [0, NB) or a seq_id outside [0, B) is never read: those keys are -inf.
 - `indexer_topk` chunks over queries in both twins, so its memory stays bounded at any length.
+  The reference scores only the queries that can see more than `topk` keys: one that sees
+  fewer selects all of them whatever their scores (the first `topk` rows of a prefill).
 - Top-k is deterministic: ties (ReLU makes many scores exactly 0) go to the lowest positions, so
   a query selects the same keys in a full prefill, a chunked prefill and a decode step. Selected
   slots come in key-position order (memory order within a block, for the attention's gathers).
@@ -109,7 +111,7 @@ def _score_rows(
         for tile in chunks(rows.numel(), max(1, TILE_BYTES // (4 * q.shape[1] * width))):
             r = rows[tile]
             seen = min(width, int(positions[r].max()) + 1)
-            logits = torch.matmul(q[r].float(), keys[:seen].T).mul_(scale).relu_()  # [r, Hi, seen]
+            logits = torch.matmul(q[r].float() * scale, keys[:seen].T).relu_()  # [r, Hi, seen]; the scale on the smaller side
             scores = torch.matmul(weights[r].float()[:, None, :], logits).squeeze(1)
             hidden = (key_slot[None, :seen] < 0) | (torch.arange(seen, device=q.device) > positions[r, None])
             out[r, :seen] = scores.masked_fill_(hidden, float("-inf"))
@@ -148,10 +150,39 @@ def indexer_topk_ref(
     slots = key_slots(block_table, num_blocks, block_size)
     cache = index_cache.reshape(-1, dim)
     out = torch.full((q.shape[0], topk), -1, dtype=torch.int32, device=q.device)
-    for rows in chunks(q.shape[0], _ref_chunks(q, slots.shape[1])):
+    few = _sees_at_most(topk, slots, seq_ids, positions, seq_lens)
+    if bool(few.any()):
+        out[few] = _select_visible(slots, seq_ids[few], positions[few], seq_lens, topk)
+    scored = (~few).nonzero().squeeze(1)
+    for part in chunks(scored.numel(), _ref_chunks(q, slots.shape[1])):
+        rows = scored[part]
         args = (q[rows], weights[rows], cache, slots, seq_ids[rows], positions[rows], seq_lens)
         out[rows] = _select(_score_rows(*args, softmax_scale), slots, seq_ids[rows], topk)
     return out
+
+
+def _sees_at_most(topk: int, slots: torch.Tensor, seq_ids: torch.Tensor, positions: torch.Tensor, seq_lens: torch.Tensor) -> torch.Tensor:
+    """[S] bool: queries that can see at most `topk` keys (the first rows of a prefill). Such a
+    query selects every key it sees, whatever their scores, so the reference skips scoring it."""
+    b = seq_ids.long().clamp(0, slots.shape[0] - 1)
+    return torch.minimum(positions.long() + 1, seq_lens.long()[b]) <= topk
+
+
+def _select_visible(slots: torch.Tensor, seq_ids: torch.Tensor, positions: torch.Tensor, seq_lens: torch.Tensor, topk: int) -> torch.Tensor:
+    """`_select` for queries that see at most `topk` keys, all of them among the first `topk`
+    positions: every key they see is chosen (scores 0 where seen, -inf where hidden)."""
+    width = min(topk, slots.shape[1])
+    seq = seq_ids.long()
+    known = (seq >= 0) & (seq < slots.shape[0])
+    first = slots[seq.clamp(0, slots.shape[0] - 1), :width]
+    t = torch.arange(width, device=slots.device)
+    seen = known[:, None] & (first >= 0) & (t <= positions.long()[:, None]) & (t < seq_lens.long()[seq.clamp(0, slots.shape[0] - 1), None])
+    if bool((seen[:, 1:] <= seen[:, :-1]).all()):  # each query sees a prefix of positions: nothing to compact
+        out = torch.full((seen.shape[0], topk), -1, dtype=torch.int32, device=slots.device)
+        out[:, :width] = first.masked_fill(~seen, -1)
+        return out
+    scores = torch.zeros(seen.shape, device=slots.device).masked_fill_(~seen, float("-inf"))
+    return _select(scores, slots[:, :width], seq_ids, topk)
 
 
 def _select(scores: torch.Tensor, slots: torch.Tensor, seq_ids: torch.Tensor, topk: int) -> torch.Tensor:

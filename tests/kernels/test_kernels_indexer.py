@@ -100,6 +100,19 @@ def test_topk_breaks_ties_toward_the_earliest_keys_and_lists_them_in_position_or
         assert chosen == sorted(chosen)
 
 
+@pytest.mark.parametrize("topk", [5, 40])
+def test_reference_scores_only_the_queries_that_see_more_than_topk_keys(topk, gen, monkeypatch):
+    """A query that sees at most topk keys selects all of them, so the reference does not score
+    it (the first topk rows of a prefill); the selection is still the best-k one."""
+    args = _inputs(gen)
+    scored, score_rows = [], indexer._score_rows
+    monkeypatch.setattr(indexer, "_score_rows", lambda q, *rest: scored.append(q.shape[0]) or score_rows(q, *rest))
+    got = indexer.indexer_topk_ref(*args, 0.3, topk)
+    scores = _per_key_loop(*args, 0.3)
+    assert sum(scored) == int((torch.isfinite(scores).sum(1) > topk).sum())  # 3 rows for 5, none for 40
+    assert_topk_valid("topk", got, scores, indexer.key_slots(args[3], args[2].shape[0], BS), args[4], topk, atol=1e-5)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 def test_triton_scores_match_reference(dtype, device, gen):
     args = [t.to(device) for t in _inputs(gen, dtype)]
