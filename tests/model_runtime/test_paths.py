@@ -39,7 +39,7 @@ def test_incremental_decode_equals_full_prefill(tiny, attention, length):
     assert (paged - full).abs().max().item() < 1e-4
 
 
-@pytest.mark.parametrize("length", [7, 40])
+@pytest.mark.parametrize("length", [7, 40, 300])  # 300: the expanded form attends 128 queries at a time
 def test_absorbed_equals_expanded(tiny, length):
     ids = prompt(length, seed=1)
     chunks = [length // 2, length - length // 2]
