@@ -68,7 +68,7 @@ def child(args: argparse.Namespace) -> None:
         ms, tokens, served = request(loaded, ids, args.new, on)
         compiled_ms.append(ms)
         same = same and tokens == reference
-    print(json.dumps({"state": status.state, "error": status.error, "compile_s": compile_s, "served": served,
+    print(json.dumps({"state": status.state, "error": status.error, "wrapper": status.wrapper, "compile_s": compile_s, "served": served,
                       "eager_ms": statistics.median(eager_ms), "compiled_ms": statistics.median(compiled_ms), "same": same}))
 
 
@@ -99,7 +99,7 @@ def main() -> None:
         if r["state"] != "ready":
             print(f"| start | {label} | {r['compile_s']:.1f} | compiled decoding {r['state']}: {r['error']} | - | - | - |")
             continue
-        print(f"| start | {label} | {r['compile_s']:.1f} | {r['eager_ms']:.1f} / {r['compiled_ms']:.1f} | "
+        print(f"| start | {label} ({r['wrapper']} wrapper) | {r['compile_s']:.1f} | {r['eager_ms']:.1f} / {r['compiled_ms']:.1f} | "
               f"{r['eager_ms'] / r['compiled_ms']:.2f}x | {r['served']}/{args.new} | {r['same']} |")
 
 

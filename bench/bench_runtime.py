@@ -123,7 +123,7 @@ def whole_requests(name: str, cfg: ModelConfig, prompt: int, new: int, repeats: 
     ids = torch.randint(3, cfg.vocab_size, (prompt,), generator=torch.Generator().manual_seed(prompt))
     compiled = EngineConfig(max_cache_tokens=prompt + new + 128, compile_decode=True)
     status = fp32.compiled_decode(compiled.block_size).wait()
-    print(f"compiled decoding: {status.state} after {status.seconds:.1f} s {status.error}")
+    print(f"compiled decoding: {status.state} after {status.seconds:.1f} s ({status.wrapper or 'no'} wrapper) {status.error}")
     runs = {
         "transformers": lambda: hf.generate(ids[None], max_new_tokens=new, min_new_tokens=new, do_sample=False)[0, prompt:].tolist(),
         "model_runtime fp32": lambda: fp32.generate(ids, max_new_tokens=new, stop_token_ids=()),

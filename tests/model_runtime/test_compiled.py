@@ -12,6 +12,7 @@ import torch
 
 from model_runtime import load_model
 from model_runtime.api import EngineStats, GenerationRequest, SamplingParams
+from model_runtime.compiled import CompiledDecode
 from model_runtime.config import EngineConfig, ModelConfig
 from model_runtime.engine import Engine
 from model_runtime.loader import save_checkpoint
@@ -58,7 +59,7 @@ def compiled(checkpoint):
     loaded = load_model(checkpoint)
     Engine(loaded, EngineConfig(block_size=BLOCK, max_cache_tokens=2048, compile_decode=True))
     status = loaded.compiled_decode(BLOCK).wait(1200)
-    assert status.state == "ready", status
+    assert status.state == "ready" and status.wrapper == "cpp", status
     return loaded
 
 
@@ -135,6 +136,28 @@ def test_a_failing_compiler_leaves_decoding_eager(checkpoint, eager, monkeypatch
     got, stats = decode(loaded, prompts(1), ON)
     assert got == want
     assert stats.compiled_decode == "failed" and stats.compiled_steps == 0
+
+
+def test_a_cpp_wrapper_that_does_not_build_falls_back_to_the_python_one(checkpoint, eager, monkeypatch):
+    """Inductor's C++ wrapper needs Python's headers; where it fails, the graphs are compiled
+    again with the Python wrapper (here a stand-in that runs the eager step and counts calls)."""
+    attempts: list[dict] = []
+
+    def warmed(self, options):
+        attempts.append(options)
+        if options.get("cpp_wrapper"):
+            raise RuntimeError("Python.h: No such file or directory")
+        return lambda *args: calls.append(1) or self.model.forward_paged(*args)
+
+    calls: list[int] = []
+    monkeypatch.setattr(CompiledDecode, "_warmed", warmed)
+    loaded = load_model(checkpoint)
+    status = loaded.compiled_decode(BLOCK).wait(60)
+    assert [a.get("cpp_wrapper", False) for a in attempts] == [True, False]
+    assert status.state == "ready" and status.wrapper == "python" and not status.error
+    want, _ = decode(eager, prompts(1), OFF)
+    got, stats = decode(loaded, prompts(1), ON)
+    assert got == want and stats.compiled_steps == len(calls) > 0
 
 
 def test_experts_too_large_to_stack_are_refused(checkpoint, eager):
