@@ -149,7 +149,8 @@ def whole_requests(name: str, cfg: ModelConfig, prompt: int, new: int, repeats: 
 
 def decode_profile(loaded, ids: list[int], steps: int, config: EngineConfig | None = None, rows: int = 15) -> None:
     """model_runtime's operators per decode step (the prefill step excluded), by self CPU time;
-    with `config`, that engine's (compiled decoding: inductor's kernels show as one operator each)."""
+    with `config`, that engine's (compiled decoding: the graph, with its C++ wrapper, shows as one
+    operator; the matrix products inside it are not split out)."""
     from torch.profiler import ProfilerActivity, profile
 
     from model_runtime.api import GenerationRequest, SamplingParams

@@ -174,9 +174,10 @@ def _select_visible(slots: torch.Tensor, seq_ids: torch.Tensor, positions: torch
     width = min(topk, slots.shape[1])
     seq = seq_ids.long()
     known = (seq >= 0) & (seq < slots.shape[0])
-    first = slots[seq.clamp(0, slots.shape[0] - 1), :width]
+    b = seq.clamp(0, slots.shape[0] - 1)
+    first = slots[b, :width]
     t = torch.arange(width, device=slots.device)
-    seen = known[:, None] & (first >= 0) & (t <= positions.long()[:, None]) & (t < seq_lens.long()[seq.clamp(0, slots.shape[0] - 1), None])
+    seen = known[:, None] & (first >= 0) & (t <= positions.long()[:, None]) & (t < seq_lens.long()[b, None])
     if bool((seen[:, 1:] <= seen[:, :-1]).all()):  # each query sees a prefix of positions: nothing to compact
         out = torch.full((seen.shape[0], topk), -1, dtype=torch.int32, device=slots.device)
         out[:, :width] = first.masked_fill(~seen, -1)

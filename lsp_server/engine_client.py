@@ -107,14 +107,14 @@ def load_runtime(path: str, runtime: RuntimeOptions) -> ModelHandle:
         return load_remote(path, runtime.remote)
     from model_runtime import load_model
     from model_runtime.config import EngineConfig
-    from model_runtime.kvstore.paths import cache_root
+    from model_runtime.kvstore.paths import inductor_dir
     from model_runtime.runtime import set_threads
 
     set_threads(runtime.threads)
     loaded = load_model(path, device=runtime.device, dtype=runtime.resolved_dtype())
     if loaded.tokenizer is None:
         raise ValueError(f"{path}: the checkpoint has no usable tokenizer.json")
-    compile_cache = str(cache_root() / "inductor") if runtime.compile_decode else ""
+    compile_cache = str(inductor_dir()) if runtime.compile_decode else ""
     engine = loaded.engine(EngineConfig(use_mtp=runtime.mtp, compile_decode=runtime.compile_decode, compile_cache_dir=compile_cache))
     return ModelHandle(engine, loaded.tokenizer, path, loaded.config.max_position_embeddings)
 

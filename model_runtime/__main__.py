@@ -48,7 +48,7 @@ def _generate(args: argparse.Namespace) -> int:
     import torch
 
     from model_runtime.config import EngineConfig
-    from model_runtime.kvstore.paths import cache_root
+    from model_runtime.kvstore.paths import inductor_dir
     from model_runtime.runtime import load_model
 
     prompt = open(args.prompt[1:]).read() if args.prompt.startswith("@") else args.prompt
@@ -67,7 +67,7 @@ def _generate(args: argparse.Namespace) -> int:
         printed = len(event.text)
 
     config = EngineConfig(use_mtp=args.mtp, compile_decode=args.compile_decode,
-                          compile_cache_dir=str(cache_root() / "inductor") if args.compile_decode else "")
+                          compile_cache_dir=str(inductor_dir()) if args.compile_decode else "")
     if args.compile_decode:
         status = model.compiled_decode(config.block_size, config.compile_cache_dir).wait()
         print(f"[compiled decoding {status.state} after {status.seconds:.1f}s{': ' + status.error if status.error else ''}]", file=sys.stderr)

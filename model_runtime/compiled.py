@@ -19,19 +19,20 @@ Invariants:
   sparse (longer than `index_topk`), no latents are spilled to the host, nothing records
   attention or observes the routers (`Gate.observe`, the warm-up's expert count: observers
   are not module hooks, so a trace never includes one). Prefill, MTP drafts, short dense
-  contexts and Triton (CUDA) steps run eager, and so do the steps of an engine whose cache blocks differ in size from the first one's (the
-  graphs are specialised to it; such steps count as fallbacks), and, where `index_topk` is
-  below the block size, sparse steps whose sequences all fit in one block (dynamo specialises
-  size-1 dimensions).
+  contexts and Triton (CUDA) steps run eager, and so do the steps of an engine whose cache
+  blocks differ in size from the first one's (the graphs are specialised to it; such steps
+  count as fallbacks), and, where `index_topk` is below the block size, sparse steps whose
+  sequences all fit in one block (dynamo specialises size-1 dimensions).
 - Same maths as the eager step, rounded differently (fused and vectorised loops, the experts
   summed in routing order): logits agree to ~1e-5, not bit for bit. Tests compare the two.
 - The routed experts must be stacked (`Experts.stack`): each expert's fused gate/up weight
   becomes a view of one [E, 2I, D] tensor and the down weights are copied into [E, D, I].
   Models whose experts were too large to fuse are refused (state "unavailable").
 - The graphs are built with inductor's C++ wrapper, which calls the kernels without a Python
-  function per step (mid model: a compiled forward ~1.2-1.7 ms of 13 ms shorter than with the
-  Python wrapper, measured side by side in one process); where that wrapper does not build (it
-  needs Python's headers), they are built again with the Python one (`CompileStatus.wrapper`).
+  function per step (mid model, side by side in one process: a compiled forward of 11.0-12.1 ms
+  against 12.7-14.2 ms with the Python wrapper; an empty-cache compile of 314 s against 156 s);
+  where that wrapper does not build (it needs Python's headers), they are built again with the
+  Python one (`CompileStatus.wrapper`).
 - Inductor's compiled code is cached on disk (`cache_dir`, unless TORCHINDUCTOR_CACHE_DIR is
   set): a later start skips the C++ builds but still traces (mid model, measured by
   `bench_compile.py`).

@@ -1,6 +1,7 @@
 """Where the persistent KV cache lives: one directory per workspace and model.
 
-Layout: `<cache root>/<workspace id>/<store key>/` where the cache root is
+Layout: `<cache root>/<workspace id>/<store key>/` (and `<cache root>/inductor/` for compiled
+decoding's code) where the cache root is
 `${GLM5_LSP_CACHE_DIR:-${XDG_CACHE_HOME:-~/.cache}/glm5-lsp}`, the workspace id is a hash of the
 workspace's resolved root paths, and the store key is the model fingerprint (weights, config,
 dtype, runtime version). Each workspace directory also holds `workspace.msgpack`, naming its roots,
@@ -33,6 +34,12 @@ def cache_root() -> Path:
     xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
     base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
     return base / "glm5-lsp"
+
+
+def inductor_dir() -> Path:
+    """Where compiled decoding keeps Inductor's compiled code (`model_runtime.compiled`): under the
+    cache root, beside the workspaces, but not one of them (clearing them leaves it)."""
+    return cache_root() / "inductor"
 
 
 def canonical_roots(roots: Sequence[str | os.PathLike]) -> list[str]:

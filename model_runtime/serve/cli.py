@@ -74,13 +74,13 @@ def _api_key(var: str | None) -> str | None:
 
 def _load(args: argparse.Namespace):
     from model_runtime.config import EngineConfig
-    from model_runtime.kvstore.paths import cache_root
+    from model_runtime.kvstore.paths import inductor_dir
     from model_runtime.runtime import load_model
     from model_runtime.serve.service import EngineService
 
     dtype = args.dtype if args.dtype != "auto" else ("float32" if args.device.split(":")[0] == "cpu" else "bfloat16")
     loaded = load_model(args.model, device=args.device, dtype=dtype)
-    compile_cache = str(cache_root() / "inductor") if args.compile_decode else ""
+    compile_cache = str(inductor_dir()) if args.compile_decode else ""
     engine = loaded.engine(EngineConfig(use_mtp=args.mtp, compile_decode=args.compile_decode, compile_cache_dir=compile_cache))
     try:
         service = EngineService(loaded, engine, args.served_model_name or loaded.path.name)
