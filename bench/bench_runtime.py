@@ -13,7 +13,13 @@ where the CPU has them; not required to give transformers' tokens), then prints
 model_runtime's per-decode-step operator profile, eager and compiled (torch.profiler, mean
 of NEW steps).
 
-Usage: python bench/bench_runtime.py [--sizes tiny,mid] [--contexts 128,1024,2048] [--new 32] [--threads 2]
+Both implementations run with the same number of intra-op threads: by default the server's
+(`model_runtime.runtime.set_threads(0)`: one per core but one, so 1 on a 2-core machine), or
+`--threads N`. With 2 threads on 2 cores every parallel region's barrier puts a thread to
+sleep and wakes it (the server's OMP_WAIT_POLICY=PASSIVE), which on some machines costs more
+than the second thread gains.
+
+Usage: python bench/bench_runtime.py [--sizes tiny,mid] [--contexts 128,1024,2048] [--new 32] [--threads N]
        python bench/bench_runtime.py --sizes mid --whole 600,64
 """
 
@@ -32,6 +38,7 @@ import torch
 from model_runtime import load_model
 from model_runtime.config import EngineConfig, ModelConfig
 from model_runtime.engine import Engine
+from model_runtime.runtime import set_threads
 
 SIZES = {
     "tiny": ModelConfig.tiny(vocab_size=4096, index_n_heads=16, num_nextn_predict_layers=0),
@@ -178,11 +185,12 @@ def main() -> None:
     parser.add_argument("--sizes", default="tiny,mid")
     parser.add_argument("--contexts", default="128,1024,2048", help="prompt lengths")
     parser.add_argument("--new", type=int, default=32)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=0, help="intra-op threads (0: the server's choice)")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--whole", help="PROMPT,NEW: whole-request times (and the decode profile) instead")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    threads = set_threads(args.threads)
+    print(f"{threads} intra-op thread(s), OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}")
     if args.whole:
         prompt, new = (int(v) for v in args.whole.split(","))
         for name in args.sizes.split(","):
