@@ -10,7 +10,9 @@ uses an empty cache directory, the second the same directory again.
 What it leaves out: requests served while the compile runs (they run eager, sharing the cores
 with it); the compile of a real GLM-5 checkpoint (CPU only; more layers, the same graph).
 
-Usage: python bench/bench_compile.py [--size mid] [--prompt 600] [--new 64] [--repeats 3] [--threads 2]
+Threads: the server's count by default (`set_threads(0)`: one per core but one), or `--threads N`.
+
+Usage: python bench/bench_compile.py [--size mid] [--prompt 600] [--new 64] [--repeats 3] [--threads N]
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from model_runtime import load_model
 from model_runtime.api import GenerationRequest, SamplingParams
 from model_runtime.config import EngineConfig
 from model_runtime.engine import Engine
+from model_runtime.runtime import set_threads
 from model_runtime.loader import save_checkpoint
 from model_runtime.testing import random_model
 
@@ -53,7 +56,7 @@ def request(loaded, ids: list[int], new: int, config: EngineConfig) -> tuple[flo
 
 def child(args: argparse.Namespace) -> None:
     """One start: compile into `args.cache`, then eager and compiled requests alternately."""
-    torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     loaded = load_model(args.checkpoint)
     cache_tokens = args.prompt + args.new + 128
     on = EngineConfig(max_cache_tokens=cache_tokens, compile_decode=True, compile_cache_dir=args.cache)
@@ -78,7 +81,7 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=600)
     parser.add_argument("--new", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=0, help="intra-op threads (0: the server's choice)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--checkpoint", help=argparse.SUPPRESS)
     parser.add_argument("--cache", help=argparse.SUPPRESS)
@@ -89,6 +92,7 @@ def main() -> None:
     cfg = SIZES[args.size]
     work = Path(tempfile.mkdtemp(prefix="bench-compile-"))
     save_checkpoint(random_model(cfg, 0), cfg, work / "model", dtype=torch.float32)
+    print(f"intra-op threads: {args.threads or 'the server choice, one per core but one'}")
     print(f"| {args.size}, {args.prompt} + {args.new} | Inductor cache | compile s | median decode step ms: eager / compiled | speed-up | steps compiled | tokens equal |")
     print("|---|---|---|---|---|---|---|")
     for label in ("empty", "from the previous start"):
