@@ -36,8 +36,8 @@ from model_runtime import load_model
 from model_runtime.api import GenerationRequest, SamplingParams
 from model_runtime.config import EngineConfig
 from model_runtime.engine import Engine
-from model_runtime.runtime import set_threads
 from model_runtime.loader import save_checkpoint
+from model_runtime.runtime import set_threads
 from model_runtime.testing import random_model
 
 

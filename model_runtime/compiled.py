@@ -35,11 +35,12 @@ Invariants:
   Python one (`CompileStatus.wrapper`).
 - A one-sequence step's matrix-vector products (the projections up to 2,048 wide, and the
   one-query products of the attention and the indexer) are inductor's own loops, not BLAS
-  calls (`_ROW_PRODUCTS_AS_LOOPS`; in the mid model's one-sequence graph, 86 products; the dense
-  layer's 3,072-wide gate/up stays a BLAS call): on a 2-vCPU AMD EPYC (AVX2), 33 such products of the mid
-  model's shapes read their weights at 14-16 GB/s against MKL's 12.6-12.9 GB/s with one
-  thread, and 24.4 against 11.4 GB/s with two; a whole 600 + 64-token request with compiled
-  decoding took 1.18-1.32 s against 1.52-1.81 s without it (one thread, two runs each).
+  calls (`_ROW_PRODUCTS_AS_LOOPS`; 86 products in the mid model's one-sequence graph, where
+  only the dense layer's 3,072-wide gate/up stays a BLAS call). On a 2-vCPU AMD EPYC (AVX2),
+  33 products of the mid model's shapes read their weights at 14-16 GB/s against MKL's
+  12.6-12.9 GB/s with one thread, and 24.4 against 11.4 GB/s with two; a whole 600 + 64-token
+  request with compiled decoding took 1.18-1.32 s against 1.52-1.81 s without it (one
+  thread, two runs each).
 - Inductor's compiled code is cached on disk (`cache_dir`, unless TORCHINDUCTOR_CACHE_DIR is
   set): a later start skips the C++ builds but still traces (mid model, measured by
   `bench_compile.py`).
