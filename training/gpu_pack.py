@@ -11,12 +11,17 @@ Layout: `pack.json` (shard list, sample config, statistics, sha256 of every file
 `tokenizer.json`, `tokenizer_config.json`, `<split>-NNN.npz.xz` (tokens uint16 and the mask as
 packed bits, per shard), `heldout-src.json.xz` ({source, path, text} of each held-out file).
 
+The way back: a file larger than the device tool returns (16 MiB) travels as `<name>.partNN`
+pieces plus `<name>.parts.json` (`split_file`); `join_parts` (or `--join DIR`) puts it together
+and checks its sha256.
+
 Invariants:
 - Unpacked rows and masks equal the packed shards' bit for bit; a file whose hash differs from
   `pack.json` is refused (a truncated copy must not train silently).
 - Held-out files never enter the training rows: they come from the held-out split only.
 
-Run: `python -m training.gpu_pack --out data/gpu --max-bytes 60000000` (after `training.prepare`).
+Run: `python -m training.gpu_pack --out data/gpu --max-bytes 60000000` (after `training.prepare`);
+`python -m training.gpu_pack --join DIR` to reassemble returned pieces.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import io
 import json
 import lzma
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -137,6 +143,44 @@ def unpack(pack_dir: Path, out: Path) -> dict[str, Path]:
     return paths
 
 
+def split_file(path: Path, max_bytes: int) -> list[Path]:
+    """Replace `path` by pieces of at most `max_bytes` and a `<name>.parts.json`; a small file stays whole."""
+    size = path.stat().st_size
+    if size <= max_bytes:
+        return [path]
+    blob = path.read_bytes()
+    pieces = []
+    for i, start in enumerate(range(0, size, max_bytes)):
+        piece = path.with_name(f"{path.name}.part{i:02d}")
+        piece.write_bytes(blob[start:start + max_bytes])
+        pieces.append(piece)
+    listing = path.with_name(f"{path.name}.parts.json")
+    listing.write_text(json.dumps({"name": path.name, "bytes": size, "sha256": hashlib.sha256(blob).hexdigest(),
+                                   "parts": [p.name for p in pieces]}, indent=1) + "\n")
+    path.unlink()
+    return [*pieces, listing]
+
+
+def join_parts(directory: Path) -> list[Path]:
+    """Reassemble every `<name>.parts.json` group under `directory`; refuse a missing or damaged piece."""
+    joined = []
+    for listing in sorted(directory.glob("*.parts.json")):
+        spec = json.loads(listing.read_text())
+        try:
+            blob = b"".join((directory / name).read_bytes() for name in spec["parts"])
+        except FileNotFoundError as exc:
+            raise DataError(f"{listing}: piece missing ({exc.filename})") from exc
+        if len(blob) != spec["bytes"] or hashlib.sha256(blob).hexdigest() != spec["sha256"]:
+            raise DataError(f"{listing}: the pieces do not add up to {spec['name']} (size or sha256 differs)")
+        target = directory / spec["name"]
+        target.write_bytes(blob)
+        for name in spec["parts"]:
+            (directory / name).unlink()
+        listing.unlink()
+        joined.append(target)
+    return joined
+
+
 def _write_manifest(docs: list[dict], corpus: Path) -> None:
     """The held-out files on disk and a manifest that lists them (held-out split only)."""
     root = corpus / "heldout-src"
@@ -162,7 +206,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=Path("data/gpu"))
     p.add_argument("--max-bytes", type=int, default=60_000_000, help="total size of the pack")
     p.add_argument("--rows-per-file", type=int, default=4096)
+    p.add_argument("--join", type=Path, metavar="DIR", help="only reassemble the split files returned in DIR")
     args = p.parse_args(argv)
+    if args.join:
+        try:
+            joined = join_parts(args.join)
+        except DataError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print("\n".join(str(path) for path in joined) or f"nothing to join in {args.join}")
+        return 0
     index = pack(args.train, args.heldout, args.manifest, args.tokenizer, args.out, args.max_bytes, args.rows_per_file)
     print(f"{index['train_rows']} training rows, {index['heldout_files']} held-out files, "
           f"{index['bytes'] / 1e6:.1f} MB in {args.out}")

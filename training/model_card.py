@@ -124,10 +124,23 @@ def _optimizer_name(args: dict) -> str:
 
 
 def _base_section(card: str) -> str:
-    """The base model's corpus summary, training and evaluation sections, quoted from its card."""
+    """The base model's corpus summary, training and evaluation sections, quoted from its card.
+
+    A base that was itself warm-started brings its own "Base model" quote along, one heading
+    level down, so a chain of continued trainings reads back to the first stage.
+    """
     corpus = _section(card, "## Training data").split("\n\n")[0]
+    heading = "## Training" if "\n## Training\n" in card else "## Continued training"
+    training = _demote(_section(card, heading))
+    if heading != "## Training":
+        training = "It was itself a warm start. " + training
     evaluation = f"\n\nIts own evaluation, from its card:\n\n{_section(card, '## Evaluation')}" if "\n## Evaluation\n" in card else ""
-    return f"### Base model\n\nIts corpus: {corpus}\n\n{_section(card, '## Training')}{evaluation}"
+    return f"### Base model\n\nIts corpus: {corpus}\n\n{training}{evaluation}"
+
+
+def _demote(text: str) -> str:
+    """Level-3 and deeper Markdown headings one level down."""
+    return "\n".join("#" + line if line.startswith("###") else line for line in text.splitlines())
 
 
 def _section(card: str, heading: str) -> str:

@@ -169,12 +169,10 @@ class Trainer:
             tokens, mask = self.stream.next()
             ids = torch.from_numpy(tokens).to(self.device)
             loss_mask = torch.from_numpy(mask[:, 1:]).to(self.device)
-            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=args.bf16):
-                out = self.forward_train(
-                    ids[:, :-1], ids[:, 1:], loss_mask, sparse=phase.sparse, train_indexer=train_indexer,
-                    mtp_weight=mtp_weight, indexer_weight=args.indexer_weight, mtp_stride=args.mtp_stride,
-                )
-            (out.loss / args.grad_accum).backward()
+            inputs = (ids[:, :-1], ids[:, 1:], loss_mask)
+            options = {"sparse": phase.sparse, "train_indexer": train_indexer, "mtp_weight": mtp_weight,
+                       "indexer_weight": args.indexer_weight, "mtp_stride": args.mtp_stride}
+            out = self._forward_backward(inputs, options)
             self.balancer.observe()
             targets += int(loss_mask.sum())
             positions += loss_mask.numel()
@@ -191,6 +189,25 @@ class Trainer:
         self.state.target_tokens += targets
         self.state.stream = self.stream.state()
         return sums | balance | {"lr": lr, "grad_norm": float(grad_norm), "phase": phase.name}
+
+    def _forward_backward(self, inputs: tuple, options: dict):
+        """One micro-batch's forward and backward; a compiler that raises leaves training eager."""
+        try:
+            return self._micro_batch(self.forward_train, inputs, options)
+        except Exception as exc:  # noqa: BLE001 - any compiler failure; eager is always correct
+            if self.forward_train is self.model.forward_train:
+                raise
+            print(f"torch.compile failed ({type(exc).__name__}: {exc}); training eager from step {self.state.step}",
+                  file=sys.stderr)
+            self.forward_train = self.model.forward_train
+            self.optimizer.zero_grad(set_to_none=True)
+            return self._micro_batch(self.forward_train, inputs, options)
+
+    def _micro_batch(self, forward, inputs: tuple, options: dict):
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.args.bf16):
+            out = forward(*inputs, **options)
+        (out.loss / self.args.grad_accum).backward()
+        return out
 
     @torch.no_grad()
     def evaluate(self) -> dict:

@@ -71,3 +71,47 @@ def test_cpu_dry_run_exports_a_checkpoint_both_loaders_agree_on(packed, tmp_path
     with torch.no_grad():
         reference = hf(ids[None]).logits[0]
     assert (ours.logits(ids) - reference).abs().max().item() <= 1e-4
+
+
+def test_a_large_file_travels_in_pieces_and_comes_back_whole_or_is_refused(tmp_path):
+    from training.gpu_pack import join_parts, split_file
+
+    blob = np.random.default_rng(0).integers(0, 256, 2500, dtype=np.uint8).tobytes()
+    big, small = tmp_path / "model.safetensors", tmp_path / "config.json"
+    big.write_bytes(blob)
+    small.write_text("{}")
+    assert split_file(small, 1000) == [small]
+    pieces = split_file(big, 1000)
+    assert [p.name for p in pieces] == ["model.safetensors.part00", "model.safetensors.part01",
+                                        "model.safetensors.part02", "model.safetensors.parts.json"]
+    assert not big.exists() and max(p.stat().st_size for p in pieces[:3]) <= 1000
+    assert join_parts(tmp_path) == [big] and big.read_bytes() == blob
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "model.safetensors"]
+
+    pieces = split_file(big, 1000)
+    pieces[1].write_bytes(pieces[1].read_bytes()[:-1])
+    with pytest.raises(DataError, match="do not add up"):
+        join_parts(tmp_path)
+    pieces[1].unlink()
+    with pytest.raises(DataError, match="piece missing"):
+        join_parts(tmp_path)
+
+
+def test_a_failed_scoring_run_keeps_the_export_and_exits_3(packed, tmp_path, monkeypatch):
+    from training import evaluate
+    from training.gpu_run import main
+
+    def broken(argv):
+        raise RuntimeError("no kernel for this GPU")
+
+    monkeypatch.setattr(evaluate, "main", broken)
+    out = tmp_path / "out"
+    status = main(["--pack", str(packed), "--out", str(out), "--work", str(tmp_path / "work"), "--minutes", "0.01",
+                   "--preset", "tiny", "--batch-size", "2", "--device", "cpu", "--no-compile", "--threads", "1",
+                   "--reference", "none", "--max-file-bytes", "100000"])
+    assert status == 3
+    names = {p.name for p in out.iterdir()}
+    assert {"config.json", "model.safetensors.parts.json", "report.json", "table.md"} <= names
+    report = json.loads((out / "report.json").read_text())
+    assert report["heldout"]["trained here"] == {"error": "RuntimeError: no kernel for this GPU"}
+    assert "scoring failed: RuntimeError: no kernel for this GPU" in (out / "table.md").read_text()

@@ -96,3 +96,23 @@ def test_the_card_of_a_warm_start_quotes_its_base_model(straight_run, manifest_p
     assert "peak learning rate 0.0003" in continued and "for the first 0%" in continued
     assert f"| optimizer steps | {base_steps} |" in base and base.startswith("\n\nIts corpus: Python source")
     assert "Its own evaluation, from its card:" in base and "| baseline: similar-line | - | - | 50.0% | - |" in base
+
+
+def test_a_chain_of_warm_starts_quotes_every_stage(straight_run, manifest_path, shards, tokenizer_dir, tmp_path):
+    common = ["--manifest", str(manifest_path), "--shards", str(shards / "train"), "--no-token-counts"]
+    base_card = tmp_path / "BASE_CARD.md"
+    assert model_card.main(["--run-dir", str(straight_run), *common, "--out", str(base_card)]) == 0
+    cards, previous = [], (straight_run, base_card)
+    for stage, tokens in (("second", 2), ("third", 3)):
+        run = tmp_path / stage
+        assert train_main(train_args(shards, tokenizer_dir, run, "--init-from", str(previous[0] / "export"),
+                                     "--dense-fraction", "0", "--total-tokens", str(tokens * 2 * 128))) == 0
+        assert model_card.main(["--run-dir", str(run), *common, "--base-card", str(previous[1])]) == 0
+        previous = (run, run / "export" / "MODEL_CARD.md")
+        cards.append(previous[1].read_text())
+    third = cards[1]
+    assert third.count("\n### Base model\n") == 1 and third.count("\n#### Base model\n") == 1
+    steps = [line for line in third.splitlines() if line.startswith("| optimizer steps |")]
+    base_steps = json.loads((straight_run / "training.json").read_text())["steps"]
+    assert steps == ["| optimizer steps | 3 |", "| optimizer steps | 2 |", f"| optimizer steps | {base_steps} |"]
+    assert "It was itself a warm start." in third

@@ -82,6 +82,24 @@ def test_a_stop_request_saves_a_checkpoint_and_exits_130(shards, tokenizer_dir, 
     assert [r["step"] for r in log_records(tmp_path)] == [1]
 
 
+def test_a_compiler_that_raises_leaves_training_eager_with_the_same_losses(straight_run, shards, tokenizer_dir,
+                                                                           tmp_path, monkeypatch, capsys):
+    calls = []
+
+    def broken_compile(fn):
+        def compiled(*args, **kwargs):
+            calls.append(1)
+            raise RuntimeError("inductor exploded")
+        return compiled
+
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    assert main(train_args(shards, tokenizer_dir, tmp_path, "--compile")) == 0
+    assert calls == [1]  # tried once, then eager for good
+    assert "torch.compile failed (RuntimeError: inductor exploded); training eager from step 0" in capsys.readouterr().err
+    steps = lambda run: [(r["step"], r["loss"]) for r in log_records(run) if "loss" in r]  # noqa: E731
+    assert steps(tmp_path) == steps(straight_run)
+
+
 def test_resume_with_a_different_configuration_is_refused(straight_run, shards, tokenizer_dir, capsys):
     args = train_args(shards, tokenizer_dir, straight_run)
     args[args.index("--batch-size") + 1] = "4"
