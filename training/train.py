@@ -165,6 +165,7 @@ class Trainer:
             group["lr"] = lr
         sums: dict[str, float] = {}
         targets = positions = 0
+        done: list[tuple] = []
         for _ in range(args.grad_accum):
             tokens, mask = self.stream.next()
             ids = torch.from_numpy(tokens).to(self.device)
@@ -172,7 +173,8 @@ class Trainer:
             inputs = (ids[:, :-1], ids[:, 1:], loss_mask)
             options = {"sparse": phase.sparse, "train_indexer": train_indexer, "mtp_weight": mtp_weight,
                        "indexer_weight": args.indexer_weight, "mtp_stride": args.mtp_stride}
-            out = self._forward_backward(inputs, options)
+            out = self._forward_backward(inputs, options, done)
+            done.append(inputs)
             self.balancer.observe()
             targets += int(loss_mask.sum())
             positions += loss_mask.numel()
@@ -190,8 +192,13 @@ class Trainer:
         self.state.stream = self.stream.state()
         return sums | balance | {"lr": lr, "grad_norm": float(grad_norm), "phase": phase.name}
 
-    def _forward_backward(self, inputs: tuple, options: dict):
-        """One micro-batch's forward and backward; a compiler that raises leaves training eager."""
+    def _forward_backward(self, inputs: tuple, options: dict, done: list[tuple]):
+        """One micro-batch's forward and backward; a compiler that raises leaves training eager.
+
+        A failure may leave part of a backward's gradients behind, so the gradients are cleared
+        and the step's earlier micro-batches (`done`) are replayed eagerly before this one: the
+        step's gradient is the same as an eager step's. Each forward sets (not adds to) the
+        routing loads, so the balancer still sees this micro-batch's loads once."""
         try:
             return self._micro_batch(self.forward_train, inputs, options)
         except Exception as exc:  # noqa: BLE001 - any compiler failure; eager is always correct
@@ -201,6 +208,8 @@ class Trainer:
                   file=sys.stderr)
             self.forward_train = self.model.forward_train
             self.optimizer.zero_grad(set_to_none=True)
+            for earlier in done:
+                self._micro_batch(self.forward_train, earlier, options)
             return self._micro_batch(self.forward_train, inputs, options)
 
     def _micro_batch(self, forward, inputs: tuple, options: dict):

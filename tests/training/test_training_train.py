@@ -100,6 +100,28 @@ def test_a_compiler_that_raises_leaves_training_eager_with_the_same_losses(strai
     assert steps(tmp_path) == steps(straight_run)
 
 
+def test_a_compiler_failing_mid_step_keeps_the_earlier_micro_batches_gradients(shards, tokenizer_dir, tmp_path,
+                                                                              monkeypatch, capsys):
+    eager_dir, fallback_dir = tmp_path / "eager", tmp_path / "fallback"
+    assert main(train_args(shards, tokenizer_dir, eager_dir, "--grad-accum", "2")) == 0
+    calls = []
+
+    def compile_failing_on_the_second_call(fn):
+        def compiled(*args, **kwargs):
+            calls.append(1)
+            if len(calls) == 2:  # the second micro-batch of step 0
+                raise RuntimeError("inductor exploded")
+            return fn(*args, **kwargs)
+        return compiled
+
+    monkeypatch.setattr(torch, "compile", compile_failing_on_the_second_call)
+    assert main(train_args(shards, tokenizer_dir, fallback_dir, "--grad-accum", "2", "--compile")) == 0
+    assert calls == [1, 1]
+    assert "training eager from step 0" in capsys.readouterr().err
+    steps = lambda run: [(r["step"], r["loss"]) for r in log_records(run) if "loss" in r]  # noqa: E731
+    assert len(steps(eager_dir)) >= 2 and steps(fallback_dir) == steps(eager_dir)
+
+
 def test_resume_with_a_different_configuration_is_refused(straight_run, shards, tokenizer_dir, capsys):
     args = train_args(shards, tokenizer_dir, straight_run)
     args[args.index("--batch-size") + 1] = "4"
