@@ -23,6 +23,7 @@ APP = "from geometry import centroid\n\n\ndef main(points):\n    center = \n    
 MODEL = "cent"
 LIKELY = -0.05
 UNLIKELY = -9.0
+WEIGHTS = Path(__file__).parent / "data" / "rerank-weights.json"  # these tests' weights, not the shipped ones
 OFF = {"numCandidates": 1, "retrieval": False, "rerank": False, "abstain": False, "constraints": False}
 
 
@@ -33,7 +34,8 @@ async def _session(tmp_path: Path, scores: list[list[object]] | None, options: d
     fake: dict[str, object] = {"text": MODEL}
     if scores is not None:
         fake |= {"scores": scores, "score_default": UNLIKELY}
-    session = await Session.start_fake(root, fake, {"debounceMs": 0, **(options or {})})
+    settings = {"debounceMs": 0, "rerankWeights": str(WEIGHTS), **(options or {})}
+    session = await Session.start_fake(root, fake, settings)
     await session.wait_ready()
     return session, session.create("app.py", APP)
 
@@ -51,14 +53,14 @@ async def test_reranking_shows_the_likely_retrieval_candidate_over_the_models_te
 
 
 def _weights(tmp_path: Path, threshold: float, **changed: float) -> dict[str, object]:
-    """The `rerankWeights` setting for the shipped weights at another threshold, with some
+    """The `rerankWeights` setting for these tests' weights at another threshold, with some
     features' weights `changed`."""
     from context.rerank import FEATURES, load_reranker
 
-    shipped = load_reranker()
-    weights = tuple(changed.get(name, w) for name, w in zip(FEATURES, shipped.weights))
+    base = load_reranker(WEIGHTS)
+    weights = tuple(changed.get(name, w) for name, w in zip(FEATURES, base.weights))
     path = tmp_path / f"rerank-{threshold}-{len(changed)}.json"
-    path.write_text(type(shipped)(weights, shipped.bias, threshold, {"note": "test"}).to_json())
+    path.write_text(type(base)(weights, base.bias, threshold, {"note": "test"}).to_json())
     return {"rerankWeights": str(path)}
 
 
@@ -78,7 +80,7 @@ async def test_abstains_with_no_item_when_no_candidate_is_likely(tmp_path: Path)
 
 
 async def test_out_of_reach_abstains_without_running_the_model(tmp_path: Path) -> None:
-    """With the shipped threshold no candidate here could be shown even if the model gave it
+    """With these weights' own threshold no candidate here could be shown even if the model gave it
     probability 1: the answer is empty, the model is not run (no decode step, no generation
     time), and `glm5.explainContext` says so and still runs it to show the candidates."""
     session, uri = await _session(tmp_path, [["centroid(points)", LIKELY]])
@@ -112,7 +114,7 @@ async def test_with_skip_unreachable_off_the_model_runs_and_the_answer_is_the_sa
 
 
 async def _contender_session(tmp_path: Path, model_text: str, scores: list[list[object]]) -> tuple[Session, str]:
-    """The shipped weights with calls worth +2 and threshold 0.9: the model's own text cannot be
+    """These tests' weights with calls worth +2 and threshold 0.9: the model's own text cannot be
     shown (at most ~0.79), and the call candidate only if the model proposes it too (it is the
     one contender)."""
     root = tmp_path / "ws"
@@ -244,14 +246,14 @@ async def test_stats_break_a_completion_into_its_phases(tmp_path: Path) -> None:
 
 
 async def test_rerank_weights_setting_takes_a_weights_file_fitted_for_the_model(tmp_path: Path) -> None:
-    """The shipped threshold abstains; the same weights with threshold 0 in a file of the user's
+    """These tests' threshold abstains; the same weights with threshold 0 in a file of the user's
     show the likely candidate; a file that is not reranker weights is refused with a message and
     the previous weights stay."""
     from context.rerank import load_reranker
 
-    shipped = load_reranker()
+    base = load_reranker(WEIGHTS)
     showing = tmp_path / "rerank-showing.json"
-    showing.write_text(type(shipped)(shipped.weights, shipped.bias, 0.0, {"note": "test"}).to_json())
+    showing.write_text(type(base)(base.weights, base.bias, 0.0, {"note": "test"}).to_json())
     broken = tmp_path / "broken.json"
     broken.write_text('{"features": ["mean_logprob"], "weights": [1.0]}')
     session, uri = await _session(tmp_path, [["centroid(points)", LIKELY]])
