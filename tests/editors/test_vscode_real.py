@@ -108,9 +108,15 @@ def test_fake_server_streams_ghost_text_and_tab_accepts_it(code_server_module, t
             partial = [t for t in seen[: seen.index(final)] if t and FAKE_COMPLETION.startswith(t)]
             assert partial, f"no streamed text was drawn before the final text: {seen}"
 
+            bench.wait_ghost_settled()  # VS Code redraws the ghost text once its provider resolves
             bench.page.keyboard.press("Tab")
             bench.wait_ghost(lambda text: text == "", timeout_s=10)
-            bench.save_until(lambda: "result -= 0" in (workspace / "main.py").read_text(), "the file was saved")
+            saved = workspace / "main.py"
+            try:
+                bench.save_until(lambda: "result -= 0" in saved.read_text(), "the file was saved")
+            except AssertionError as exc:
+                line = saved.read_text().split("\n")[TYPE_LINE - 1]
+                raise AssertionError(f"{exc}; line {TYPE_LINE} on disk: {line!r}; ghost: {bench.observed()['ghost']}") from exc
             check_accepted(workspace / "main.py", before.replace("result += ", "result += ar"), len("        result += ar"), FAKE_COMPLETION)
 
             bench.run_command("GLM-5: Show context of the last completion")
