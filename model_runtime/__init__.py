@@ -12,10 +12,15 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from model_runtime.allocator import keep_freed_memory
+
 # PyTorch's OpenMP threads spin while waiting. Sharing 2 cores with an editor (or anything else)
 # makes that spinning 20x slower than sleeping (measured: 19.7 s vs 0.9 s for the same decode).
 # Set before torch is first imported; the user's own setting wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+# Freed temporaries stay in the process for the next forward (see `model_runtime.allocator`).
+keep_freed_memory()
 
 __all__ = ["load_model", "LoadedModel", "ModelConfig", "default_model_path"]
 
