@@ -30,6 +30,7 @@ import torch
 
 from kernels import launch
 from kernels.chunks import chunks, rows_per_chunk
+from kernels.rows import gather_rows
 from kernels.validate import (
     FLOAT_DTYPES,
     INDEX_DTYPES,
@@ -107,7 +108,7 @@ def _score_rows(
         if width <= 0:
             continue
         key_slot = slots[b, :width]
-        keys = cache[key_slot.clamp(min=0)].float()  # [width, D]
+        keys = gather_rows(cache, key_slot.clamp(min=0)).float()  # [width, D]
         for tile in chunks(rows.numel(), max(1, TILE_BYTES // (4 * q.shape[1] * width))):
             r = rows[tile]
             seen = min(width, int(positions[r].max()) + 1)

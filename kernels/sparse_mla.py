@@ -26,6 +26,7 @@ import torch
 
 from kernels import launch
 from kernels.chunks import chunks, rows_per_chunk
+from kernels.rows import gather_rows
 from kernels.validate import (
     FLOAT_DTYPES,
     INDEX_DTYPES,
@@ -116,12 +117,12 @@ def _attend_chunk(
     idx = idx.where(valid, 0)
     slots, inverse = torch.unique(idx, return_inverse=True) if idx.shape[0] > 1 else (idx, None)
     if inverse is not None and slots.numel() <= SHARED_UNION_FACTOR * idx.shape[1]:
-        keys = kv[slots].float()  # [U, D]
+        keys = gather_rows(kv, slots).float()  # [U, D]
         counts = keys.new_zeros(idx.shape[0], slots.numel()).scatter_add_(1, inverse, valid.float())
         scores = torch.matmul(q.float(), keys.T).mul_(sm_scale).add_(counts.log_()[:, None, :])
         values = keys[:, :d_v]
     else:  # one query (decode) or disjoint lists: gather each query's own keys
-        keys = kv[idx].float()  # [c, K, D]
+        keys = gather_rows(kv, idx).float()  # [c, K, D]
         scores = torch.matmul(q.float(), keys.transpose(1, 2)).mul_(sm_scale)
         scores.masked_fill_(~valid[:, None, :], float("-inf"))
         values = keys[..., :d_v]

@@ -22,6 +22,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from kernels.rows import gather_rows
+
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """[..., D] -> [..., D]: `kernels.rms_norm_ref(x, weight, eps)[0]` without its checks."""
@@ -83,7 +85,7 @@ def decode_attention(q: torch.Tensor, kv: torch.Tensor, idx: torch.Tensor, scale
     one-token query always sees at least itself, so no row is empty.
     """
     valid = idx >= 0
-    keys = kv[idx.long().clamp(min=0)].float()  # [B, K, C]
+    keys = gather_rows(kv, idx.long().clamp(min=0)).float()  # [B, K, C]
     scores = torch.matmul(q.float(), keys.transpose(1, 2)).mul_(scale)
     scores.masked_fill_(~valid[:, None, :], float("-inf"))
     lse = torch.logsumexp(scores, dim=2)

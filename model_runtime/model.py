@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import kernels
+from kernels.rows import gather_rows
 
 from model_runtime import lean
 from model_runtime.config import ModelConfig
@@ -284,7 +285,7 @@ class MLA(nn.Module):
         for b, (start, end) in enumerate(batch.query_spans()):
             n_keys = batch.context_len_list[b]
             rows, slots = batch.attendable(kv_flat, batch.key_slots[b, :n_keys])
-            lat = rows.reshape(-1, rows.shape[-1])[slots]
+            lat = gather_rows(rows.reshape(-1, rows.shape[-1]), slots)
             k_nope, v = self.expand(lat[:, : self.R])
             k = torch.cat((k_nope, lat[:, None, self.R :].expand(n_keys, self.n_heads, self.dr)), -1)
             q = torch.cat((q_nope[start:end], q_pe[start:end]), -1)
