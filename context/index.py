@@ -66,6 +66,7 @@ class WorkspaceIndex:
         self._importers: dict[str, set[str]] = {}
         self._skipped: dict[str, str] = {}
         self._buffers: set[str] = set()  # paths whose entry comes from an open editor buffer
+        self._disk_copies: dict[str, IndexedFile] = {}  # open buffers: their entry as last read from disk
         self._walked: frozenset[str] = frozenset()  # the source paths the last build walked
         self.reused = 0  # entries the last build took from a snapshot instead of parsing
         self.version = 0  # bumped by every change to the tables
@@ -102,10 +103,14 @@ class WorkspaceIndex:
         for stored in snapshot.files:
             with self._lock:
                 known = stored.path in self._files or stored.path in self._buffers
-            if known or _stamp(stored.path) != stored.stamp:
+            if (known and stored.path not in self._buffers) or _stamp(stored.path) != stored.stamp:
                 continue
+            entry = IndexedFile(stored.path, stored.language, stored.tags, stored.stamp)
             with self._lock:
-                self._install(IndexedFile(stored.path, stored.language, stored.tags, stored.stamp))
+                if stored.path in self._buffers:
+                    self._disk_copies[stored.path] = entry  # the buffer's entry stays; the disk's is kept for the snapshot
+                    continue
+                self._install(entry)
             adopted += 1
         languages = {language_for(None, stored.path) for stored in snapshot.files}
         for language in languages - {None}:
@@ -113,16 +118,16 @@ class WorkspaceIndex:
         return adopted
 
     def snapshot(self) -> Snapshot:
-        """What `index_snapshot.save` writes: the entries read from disk (not editor buffers)
-        and the paths the last build walked, as of `version` (whoever saves it sets
-        `saved_version` to that, so an unchanged index need not be written again)."""
+        """What `index_snapshot.save` writes: the entries read from disk (for an open editor
+        buffer, its file as last read from disk, never the unsaved text) and the paths the last
+        build walked, as of `version` (whoever saves it sets `saved_version` to that, so an
+        unchanged index need not be written again). A restart whose editor reopens its buffers
+        then parses none of them while the model loads."""
         with self._lock:
             version = self.version
-            files = tuple(
-                StoredFile(e.path, e.language, e.stamp, e.tags)
-                for e in self._files.values()
-                if e.stamp is not None and e.path not in self._buffers
-            )
+            entries = [e for e in self._files.values() if e.path not in self._buffers]
+            entries += [self._disk_copies[p] for p in self._buffers if p in self._disk_copies]
+            files = tuple(StoredFile(e.path, e.language, e.stamp, e.tags) for e in entries if e.stamp is not None)
         return Snapshot(self.roots, self._walked, files, version)
 
     def update_file(self, path: str | os.PathLike[str], text: str | None = None) -> bool:
@@ -151,13 +156,20 @@ class WorkspaceIndex:
         return self.update_file(path, text)
 
     def close_buffer(self, path: str | os.PathLike[str]) -> bool:
-        """Forget the buffer of `path` and index the file on disk again."""
+        """Forget the buffer of `path` and index the file on disk again (its copy read before the
+        buffer opened stands in when the file is unchanged since)."""
         path = self._normalise(path)
         with self._lock:
             self._buffers.discard(path)
+            copy = self._disk_copies.pop(path, None)
         if not os.path.isfile(path):
             self.remove_file(path)
             return False
+        if copy is not None and _stamp(path) == copy.stamp:
+            with self._lock:
+                self._uninstall(path)
+                self._install(copy)
+            return True
         return self.update_file(path)
 
     def remove_file(self, path: str | os.PathLike[str]) -> None:
@@ -387,6 +399,9 @@ class WorkspaceIndex:
             return False
         tags = tags_of_text(language, source.text, path, self.resolver)
         with self._lock:
+            previous = self._files.get(path)
+            if text is not None and path in self._buffers and previous is not None and previous.stamp is not None:
+                self._disk_copies[path] = previous
             self._uninstall(path)
             self._skipped.pop(path, None)
             self._install(IndexedFile(path, language.name, tags, stamp))

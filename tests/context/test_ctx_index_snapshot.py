@@ -93,14 +93,53 @@ def test_a_file_added_since_makes_the_build_parse_everything(root: Path, tmp_pat
     assert str(root / "user.py") in index.importers_of(root / "pkg" / "helpers.py")
 
 
-def test_open_buffers_are_not_saved(root: Path, tmp_path: Path) -> None:
+def test_an_open_buffer_saves_its_file_as_read_from_disk_not_the_unsaved_text(root: Path, tmp_path: Path) -> None:
     index = WorkspaceIndex([root])
     index.build()
     index.open_buffer(root / "util.py")
     index.update_buffer(root / "util.py", "def unsaved_edit():\n    pass\n")
-    stored = {f.path for f in index.snapshot().files}
-    assert str(root / "util.py") not in stored
+    assert [d.path for d in index.definitions("unsaved_edit")] == [str(root / "util.py")]
+    stored = {f.path: f for f in index.snapshot().files}
     assert str(root / "main.py") in stored
+    names = {d.name for d in stored[str(root / "util.py")].tags.definitions}
+    assert "parse_config" in names and "unsaved_edit" not in names
+
+
+def test_a_restart_with_the_same_buffer_open_parses_nothing(root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The editor reopens its buffers at every start: their files come from the snapshot too."""
+    first = WorkspaceIndex([root])
+    first.build()
+    first.open_buffer(root / "util.py")
+    first.update_buffer(root / "util.py", "def unsaved_edit():\n    pass\n")
+    path = tmp_path / "cache" / "index.msgpack"
+    index_snapshot.save(path, first.snapshot())
+    parsed = parse_counter(monkeypatch)
+    second = WorkspaceIndex([root])
+    second.build(reuse=index_snapshot.load(path, second.roots))
+    assert parsed == []
+    assert second.reused == len(FILES)
+    assert [d.path for d in second.definitions("parse_config")] == [str(root / "util.py")]
+
+
+def test_closing_a_buffer_restores_the_disk_copy_unless_the_file_changed(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    index = WorkspaceIndex([root])
+    index.build()
+    parsed = parse_counter(monkeypatch)
+    for text in ("def unsaved_edit():\n    pass\n", "def other_edit():\n    pass\n"):
+        index.open_buffer(root / "util.py")
+        index.update_buffer(root / "util.py", text)
+        index.close_buffer(root / "util.py")
+        assert [d.path for d in index.definitions("parse_config")] == [str(root / "util.py")]
+        assert index.definitions("unsaved_edit") == [] and index.definitions("other_edit") == []
+    assert parsed == [str(root / "util.py")] * 2  # the buffers' texts; the disk file is never re-read
+    index.open_buffer(root / "util.py")
+    index.update_buffer(root / "util.py", "def unsaved_edit():\n    pass\n")
+    (root / "util.py").write_text("def saved_edit(x):\n    return x\n")
+    index.close_buffer(root / "util.py")
+    assert [d.path for d in index.definitions("saved_edit")] == [str(root / "util.py")]
+    assert index.definitions("parse_config") == []
+    saved = {f.path: f for f in index.snapshot().files}[str(root / "util.py")]
+    assert {d.name for d in saved.tags.definitions} == {"saved_edit"}
 
 
 @pytest.mark.parametrize("damage", ["truncated", "garbage", "other format", "other roots", "bad entry"])
