@@ -135,6 +135,7 @@ class Block:
     token_ids: tuple[int, ...] = ()
     after: bytes | None = None  # the hash of the prefix this block is the latest successor of
     epoch: int = 0
+    ends_prompt: bool = False  # a full block whose first tokens end a prompt (persisted as its prefix's tail too)
 
 
 @dataclass
@@ -277,9 +278,11 @@ class BlockManager:
             raise CacheFullError(f"no free block to grow a sequence to {num_tokens} tokens")
         table.extend(self._fresh() for _ in range(need))
 
-    def seal_full_blocks(self, table: list[int], token_ids: list[int], hashes: list[bytes]) -> None:
+    def seal_full_blocks(self, table: list[int], token_ids: list[int], hashes: list[bytes], prompt_len: int = 0) -> None:
         """Hash and register every block that became full (its KV is final); remember the
-        partial last block as its prefix's successor."""
+        partial last block as its prefix's successor. A block that `prompt_len` ends inside
+        (filled up by generated tokens) is marked `ends_prompt`: the disk tier keeps it as its
+        prefix's tail, so the same prompt after a restart still finds its last rows."""
         bs = self.block_size
         while len(hashes) < len(token_ids) // bs:
             i = len(hashes)
@@ -288,6 +291,8 @@ class BlockManager:
             hashes.append(chain_hash(prev, chunk))
             self._register(table[i], hashes[i], chunk)
             self._succeed(table[i], prev)
+            if i * bs < prompt_len < (i + 1) * bs:
+                self.blocks[table[i]].ends_prompt = True
         full = len(token_ids) // bs
         if len(token_ids) > full * bs and full < len(table) and self.blocks[table[full]].hash is None:
             self.blocks[table[full]].token_ids = tuple(token_ids[full * bs :])
@@ -340,7 +345,7 @@ class BlockManager:
             dst = self._fresh(spill=True)
             self.cache.spill_block(src, dst)
             old, new = self.blocks[src], self.blocks[dst]
-            new.hash, new.token_ids, new.epoch = old.hash, old.token_ids, old.epoch
+            new.hash, new.token_ids, new.epoch, new.ends_prompt = old.hash, old.token_ids, old.epoch, old.ends_prompt
             if self.by_hash.get(old.hash) == src:
                 self.by_hash[old.hash] = dst
             if old.after is not None:
@@ -377,7 +382,7 @@ class BlockManager:
                 self.cold.demote(block)
             del self.by_hash[block.hash]
         self._forget_succession(block)
-        block.hash, block.token_ids, block.ref_count = None, (), 1
+        block.hash, block.token_ids, block.ref_count, block.ends_prompt = None, (), 1, False
         return block_id
 
     def _take(self, block_id: int) -> None:

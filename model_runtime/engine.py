@@ -437,7 +437,7 @@ class Engine:
         return taken
 
     def _seal(self, seq: Sequence) -> None:
-        self.blocks.seal_full_blocks(seq.block_table, seq.token_ids[: seq.num_computed], seq.block_hashes)
+        self.blocks.seal_full_blocks(seq.block_table, seq.token_ids[: seq.num_computed], seq.block_hashes, seq.prompt_len)
 
     def _draft(self, seqs: list[Sequence], feeds: list[Feed], out: StepOutput, accepted: list[list[int]]) -> None:
         """Run the MTP layer over every position that became final this step; greedy

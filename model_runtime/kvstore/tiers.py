@@ -244,12 +244,14 @@ class CacheTiers:
 
     def _write_tails(self) -> None:
         """Write the latest partial block after each full-block prefix of this workspace (one file
-        per prefix, replaced when a later one differs)."""
+        per prefix, replaced when a later one differs), or the latest full one that a prompt ended
+        in: a restarted prompt finds its last rows there (`promote_tail` matches a prefix)."""
         batch = []
         for prev, block_id in list(self.blocks.successors.items()):
             block = self.blocks.blocks[block_id]
             owner = self.blocks.by_hash.get(prev)
-            if block.hash is not None or not block.token_ids or owner is None or self.blocks.blocks[owner].epoch != self.epoch:
+            full = block.hash is not None and not block.ends_prompt
+            if full or not block.token_ids or owner is None or self.blocks.blocks[owner].epoch != self.epoch:
                 continue  # a full block (saved as such), empty, or a prefix of another workspace
             key = tail_key(prev)
             if self.saved_tails.get(key) != block.token_ids:

@@ -291,3 +291,21 @@ def test_a_corrupt_tail_on_disk_is_discarded_and_recomputed(tiny, tmp_path, capl
     assert "checksum mismatch" in caplog.text and not victim.exists()
     assert warm.cached_tokens == 96 and engine.cache_stats()["tail_hits"] == 0
     assert warm.token_ids == cold.token_ids
+
+
+@pytest.mark.parametrize("generated", [1, 20])
+def test_a_restart_reuses_the_prompts_last_rows_also_when_decoding_filled_their_block(tiny, tmp_path, generated):
+    """A prompt ending 2 tokens before a block boundary: 1 generated token leaves its block
+    partial, 20 fill it (it
+    is then saved as a full block, under a hash no shorter prompt has); the disk keeps it as
+    the prefix's tail too, so the same prompt after a restart prefills only its last token."""
+    base = prompt(94, seed=41)
+    first = Engine(tiny, CFG)
+    open_ws(first, tmp_path)
+    generate(first, base, max_tokens=generated)
+    first.shutdown()
+    engine = Engine(tiny, CFG)
+    open_ws(engine, tmp_path)
+    warm = generate(engine, base)
+    assert (warm.cached_tokens, warm.prefilled_tokens) == (93, 1)
+    assert warm.token_ids == generate(Engine(tiny, CFG), base).token_ids
