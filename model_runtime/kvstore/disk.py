@@ -34,15 +34,21 @@ from typing import Any
 import msgpack
 
 from model_runtime.kvstore.blockfile import (
-    TEMP_SUFFIX, BlockHeader, Buffer, CorruptBlock, atomic_write, encode_block, read_block, read_block_tokens, read_header,
+    TEMP_SUFFIX, BlockHeader, Buffer, CorruptBlock, OlderFormat, atomic_write, encode_block, read_block, read_block_tokens, read_header,
     temp_owner,
 )
 
 log = logging.getLogger(__name__)
 
+
+def _report_discard(path: Path, exc: Exception) -> None:
+    """A block file that is deleted instead of loaded: a warning, unless an earlier release
+    wrote it (expected once after an upgrade)."""
+    log.log(logging.INFO if isinstance(exc, OlderFormat) else logging.WARNING, "kv store: discarding %s: %s", path, exc)
+
 INDEX_NAME = "index.msgpack"
 INDEX_FORMAT = "glm5-lsp-kv-index"
-INDEX_VERSION = 1
+INDEX_VERSION = 2  # 2: block files of blockfile.FORMAT_VERSION 2
 BLOCK_SUFFIX = ".kvb"
 STALE_TEMP_S = 3600.0  # a temporary file this old is removed even if its writer's pid is alive
 
@@ -104,7 +110,7 @@ class DiskStore:
             self._forget(key)
             return None
         except (CorruptBlock, OSError) as exc:
-            log.warning("kv store: discarding %s: %s", path, exc)
+            _report_discard(path, exc)
             path.unlink(missing_ok=True)
             self._forget(key)
             return None
@@ -248,7 +254,7 @@ class DiskStore:
                 raise CorruptBlock("foreign block (fingerprint or name differs)")
             return [size, path.stat().st_mtime_ns]
         except (CorruptBlock, OSError) as exc:
-            log.warning("kv store: discarding %s: %s", path, exc)
+            _report_discard(path, exc)
             _unlink(path)
             return None
 

@@ -3,6 +3,7 @@ index merging between writers, and the workspace directory layout."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import struct
@@ -91,6 +92,36 @@ def test_a_damaged_block_found_at_open_is_discarded_before_use(tmp_path, caplog)
         reopened = open_store(tmp_path)
     assert "discarding" in caplog.text
     assert len(reopened) == 1 and load(reopened, 1) == block_payload(1)
+
+
+def _as_format_1(path: Path) -> None:
+    """What the release before CRC-32 digests wrote: version 1 and a 16-byte blake2b digest."""
+    data = path.read_bytes()[:-4]
+    body = data[:8] + struct.pack("<I", 1) + data[12:]
+    path.write_bytes(body + hashlib.blake2b(body, digest_size=16).digest())
+
+
+def test_blocks_of_the_previous_format_are_dropped_quietly_at_open_and_at_read(tmp_path, caplog):
+    """After an upgrade every stored block is in the old format: each is deleted and recomputed
+    once, logged at INFO (not a warning per file, as damage is)."""
+    store = open_store(tmp_path)
+    store.put(block_entry(n) for n in range(3))
+    for n in range(3):
+        _as_format_1(block_file(store, n))
+    (tmp_path / INDEX_NAME).unlink()  # the old index: opening reads the files' headers
+    with caplog.at_level(logging.INFO, logger="model_runtime.kvstore.disk"):
+        reopened = open_store(tmp_path)
+        assert len(reopened) == 0 and not any(reopened.blocks_dir.iterdir())
+    assert "format version 1" in caplog.text
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and "discarding" in r.message]
+    current = open_store(tmp_path / "current")
+    current.put([block_entry(0)])
+    _as_format_1(block_file(current, 0))  # still indexed: found at read
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="model_runtime.kvstore.disk"):
+        assert load(current, 0) is None
+    assert "format version 1" in caplog.text and not block_file(current, 0).exists()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 @pytest.mark.parametrize(
