@@ -6,13 +6,17 @@ not declare `window.workDoneProgress` get nothing on that channel; every client 
 `glm5/status {state, progress?, message?}`.
 
 Invariants: a progress that began always ends (also when the work fails); reports are
-throttled to whole-percent changes so a 10 000-file index does not flood the client.
+throttled to whole-percent changes so a 10 000-file index does not flood the client, and
+`throttled` keeps a fast worker from waking the event loop for each item (at most one report per
+interval, and always the last).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
@@ -23,6 +27,23 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STATUS = "glm5/status"
+
+Progress = Callable[[int, int, str], None]  # (items done, items total, current item)
+
+
+def throttled(report: Progress, interval_s: float, clock: Callable[[], float] = time.monotonic) -> Progress:
+    """`report`, passed on at most once per `interval_s` and always for the last item (done ==
+    total); the first item goes through at once."""
+    last = [-float("inf")]
+
+    def progress(done: int, total: int, item: str) -> None:
+        now = clock()
+        if done < total and now - last[0] < interval_s:
+            return
+        last[0] = now
+        report(done, total, item)
+
+    return progress
 
 
 def send_status(ls: LanguageServer, state: str, message: str | None = None, progress: float | None = None) -> None:

@@ -43,7 +43,7 @@ from model_runtime.kvstore.paths import cache_root, workspace_id
 from . import pipeline
 from .engine_client import ModelHandle, embedded_model_path
 from .errors import Glm5Error
-from .progress import WorkDone, send_status
+from .progress import WorkDone, send_status, throttled
 from .tokens import clean
 
 if TYPE_CHECKING:
@@ -55,6 +55,7 @@ WARMUP_DEFINITIONS = 8
 WARMUP_CHARS = 4000
 PREFILL_FILES = 4
 HOLD_POLL_S = 0.02  # how often a held warm-up looks again
+PROGRESS_INTERVAL_S = 0.1  # indexing progress is reported at most this often (and at its end)
 
 
 def locate_model(ls: Glm5Server) -> str | None:
@@ -136,6 +137,9 @@ async def build_index(ls: Glm5Server, roots: list[Path]) -> None:
 
             def progress(done: int, total: int, path: str) -> None:  # on the worker thread
                 loop.call_soon_threadsafe(report, done, total, path)
+
+            # each report wakes the loop and sends two notifications, while the model loads beside it
+            progress = throttled(progress, PROGRESS_INTERVAL_S)
 
             await asyncio.to_thread(build_from_snapshot, index, progress)
     except Exception as exc:

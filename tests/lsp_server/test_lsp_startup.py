@@ -10,6 +10,7 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
 from lsp_harness import Session
+from lsp_server.progress import throttled
 
 
 async def _start(tmp_path, **fake) -> Session:
@@ -180,3 +181,17 @@ async def test_start_up_freezes_its_heap_out_of_the_collectors_scans(tmp_path):
         assert await session.stop() == 0
     assert collector["frozen"] > 10_000, collector
     assert len(collector["collections"]) == 3
+
+
+def test_index_progress_reaches_the_loop_at_most_once_per_interval_and_always_at_the_end():
+    """A snapshot restart adopts hundreds of files in a few ms each: one report per file woke the
+    event loop and sent two notifications each, beside the model's import."""
+    now = [0.0]
+    seen: list[int] = []
+    report = throttled(lambda done, total, item: seen.append(done), 0.1, clock=lambda: now[0])
+    for done in range(1, 101):
+        now[0] = done * 0.004  # a file every 4 ms: 0.4 s in all
+        report(done, 100, f"f{done}.py")
+    assert seen[0] == 1 and seen[-1] == 100
+    assert all(b - a >= 25 for a, b in zip(seen, seen[1:-1]))  # 25 files = 0.1 s apart
+    assert len(seen) == 5
