@@ -208,8 +208,12 @@ class DiskStore:
         self._index_stamp = self._stat_index()
         try:
             raw = msgpack.unpackb(path.read_bytes())
-            if raw.get("format") != INDEX_FORMAT or raw.get("version") != INDEX_VERSION:
-                raise ValueError(f"format {raw.get('format')!r} version {raw.get('version')!r}")
+            version = raw.get("version")
+            if raw.get("format") == INDEX_FORMAT and isinstance(version, int) and 0 < version < INDEX_VERSION:
+                log.info("kv store: the index %s is an earlier release's (version %d); rebuilding it from the block files", path, version)
+                return None
+            if raw.get("format") != INDEX_FORMAT or version != INDEX_VERSION:
+                raise ValueError(f"format {raw.get('format')!r} version {version!r}")
             if raw.get("fingerprint") != self.fingerprint:
                 raise ValueError("it belongs to another model")
             return {str(k): [int(v[0]), int(v[1])] for k, v in raw["blocks"].items()}
