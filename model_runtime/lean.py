@@ -7,7 +7,8 @@ of tokens. These functions do the same maths without that bookkeeping, using wha
 computed once for the step:
 - `rms_norm`, `rope`: the references' arithmetic, no validation or chunking;
 - `decode_topk`, `decode_attention`: the DSA indexer's top-k and sparse MLA attention for a step
-  in which every sequence feeds one token (its query sees every key of its sequence).
+  in which every sequence feeds one token (its query sees every key of its sequence); the
+  top-k reads keys that several sequences share (an n-best's prompt) once, not once each.
 
 Invariants:
 - Same results as the references (tests pin them): same selection rule (the k best scores,
@@ -18,6 +19,8 @@ Invariants:
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -45,17 +48,32 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     return torch.view_as_real(pairs * torch.complex(cos, sin)[:, None, :]).flatten(2).to(x.dtype)
 
 
+class SharedKeys(NamedTuple):
+    """The keys of a decode step whose sequences share blocks (`PagedBatch.shared_keys`)."""
+
+    blocks: torch.Tensor  # [U] long, the distinct blocks of every sequence
+    columns: torch.Tensor  # [B, T] long, key t of sequence b among the U blocks' slots
+
+
 def decode_topk(
-    q: torch.Tensor, w: torch.Tensor, index_cache: torch.Tensor, key_slots: torch.Tensor, scale: float, topk: int
-) -> torch.Tensor:
+    q: torch.Tensor, w: torch.Tensor, index_cache: torch.Tensor, key_slots: torch.Tensor, scale: float, topk: int,
+    shared: SharedKeys | None = None,
+) -> torch.Tensor:  # fmt: skip
     """Physical slots [B, topk] int32 of each one-token query's best keys, -1 padded.
 
     q [B, Hi, Di] and w [B, Hi] (fp32) are each sequence's new query; key_slots [B, T] (long,
-    -1 padded) every slot of its context, the new token's included.
+    -1 padded) every slot of its context, the new token's included. With `shared`, every query
+    is scored against the distinct blocks' keys, each gathered once, and reads its own columns.
     """
-    keys = index_cache.view(-1, index_cache.shape[-1])[key_slots.clamp(min=0)].float()  # [B, T, Di]
-    logits = torch.matmul(q.float(), keys.transpose(1, 2)).mul_(scale).relu_()  # [B, Hi, T]
-    scores = torch.matmul(w.float()[:, None, :], logits).squeeze(1)  # [B, T]
+    dim = index_cache.shape[-1]
+    if shared is None:
+        keys = index_cache.view(-1, dim)[key_slots.clamp(min=0)].float()  # [B, T, Di]
+        logits = torch.matmul(q.float(), keys.transpose(1, 2)).mul_(scale).relu_()  # [B, Hi, T]
+        scores = torch.matmul(w.float()[:, None, :], logits).squeeze(1)  # [B, T]
+    else:
+        keys = index_cache[shared.blocks].view(-1, dim).float()  # [U * block, Di]
+        logits = torch.matmul(q.float(), keys.T).mul_(scale).relu_()  # [B, Hi, U * block]
+        scores = torch.matmul(w.float()[:, None, :], logits).squeeze(1).gather(1, shared.columns)
     scores.masked_fill_(key_slots < 0, float("-inf"))
     return _best_slots(scores, key_slots, topk)
 

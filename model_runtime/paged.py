@@ -12,7 +12,8 @@ Invariants:
 - `dense` is true when every query sees at most `index_topk` keys: DSA is then exactly dense
   causal attention and the indexer need not run.
 - A step in which every sequence feeds one token (`lean_decode`, on the torch references) runs
-  `lean`'s decode forms of both ops over `key_slots`, computed once per step.
+  `lean`'s decode forms of both ops over `key_slots`, computed once per step; when its
+  sequences share most blocks (`shared_keys`), the indexer reads each shared key once.
 - Slots index the indexer-key cache; attention reads latents through `attendable`, which is the
   identity unless some blocks' latents are spilled to the host (`kvstore.residency`).
 """
@@ -148,6 +149,25 @@ class PagedBatch:
         return self.positions.shape[0] == self.num_seqs and not kernels.runs_triton(self.positions)
 
     @cached_property
+    def shared_keys(self) -> lean.SharedKeys | None:
+        """For a lean decode step whose sequences share most of their blocks (one prompt's
+        n-best): the distinct blocks, and each key's column among their slots. Scoring every query
+        against the distinct keys gathers a shared key once instead of once per sequence. None
+        where that costs more: one sequence, or sequences with blocks of their own."""
+        table, bs = self.block_table, self.block_size
+        if table.shape[0] == 1:
+            return None
+        used = table >= 0
+        blocks, inverse = torch.unique(table[used].long(), return_inverse=True)
+        per_row = int((self.key_slots >= 0).sum())  # the keys a per-sequence gather reads
+        if blocks.numel() * bs * (table.shape[0] + 1) >= 2 * per_row:
+            return None
+        where = torch.full(table.shape, -1, dtype=torch.long, device=table.device)
+        where[used] = inverse
+        t = torch.arange(self.key_slots.shape[1], device=table.device)
+        return lean.SharedKeys(blocks, (where[:, t // bs] * bs + t % bs).clamp_(min=0))
+
+    @cached_property
     def causal_slots(self) -> torch.Tensor:
         """[N, K] slots of every key each query may see (keys 0..pos), -1 padded."""
         width = int(self.positions.max()) + 1
@@ -191,6 +211,7 @@ def indexer_topk(
 ) -> torch.Tensor:
     """Physical slots [N, topk] of each query's top-k causal keys by indexer score (-1 padded)."""
     if batch.lean_decode:
-        return lean.decode_topk(q, w, index_cache, batch.key_slots, scale, topk)
+        shared = None if torch.compiler.is_compiling() else batch.shared_keys  # data-dependent sizes
+        return lean.decode_topk(q, w, index_cache, batch.key_slots, scale, topk, shared)
     lens = torch.tensor(batch.context_len_list, device=q.device)
     return kernels.indexer_topk(q, w, index_cache, batch.block_table, batch.seq_ids, batch.positions, lens, scale, topk)

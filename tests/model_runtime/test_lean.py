@@ -50,6 +50,33 @@ def test_decode_topk_matches_the_reference_with_ties(topk):
     assert ((got >= 0).sum(1) == torch.tensor([min(topk, n) for n in lens])).all()
 
 
+def test_decode_topk_over_shared_blocks_matches_the_reference():
+    """An n-best's decode step: four sequences on one prompt's blocks, each with its own last
+    block. The shared-key path gathers the prompt's keys once; its choice is the reference's."""
+    prompt_blocks, lens = [5, 2, 9, 14, 0, 20, 17, 31, 24, 28], [42, 41, 43, 44]
+    tables = [prompt_blocks + [own] for own in (3, 7, 11, 12)]
+    batch = PagedBatch.build([(n - 1, n) for n in lens], tables, BLOCK, 4, (8, 10000.0))
+    shared = batch.shared_keys
+    assert shared is not None and sorted(shared.blocks.tolist()) == sorted({*prompt_blocks, 3, 7, 11, 12})
+    g = torch.Generator().manual_seed(4)
+    cache = torch.randn(32, BLOCK, 8, generator=g)
+    q, w = torch.randn(4, 4, 8, generator=g), torch.randn(4, 4, generator=g)
+    for topk in (3, 8, 40):
+        ref = indexer_topk_ref(q, w, cache, batch.block_table, batch.seq_ids, batch.positions, torch.tensor(lens), 0.25, topk)
+        assert torch.equal(lean.decode_topk(q, w, cache, batch.key_slots, 0.25, topk, shared), ref)
+        assert torch.equal(lean.decode_topk(q, w, cache, batch.key_slots, 0.25, topk), ref)
+
+
+def test_shared_keys_only_where_sequences_share_blocks():
+    assert decode_batch([13, 5, 29]).shared_keys is None  # disjoint blocks: one gather per sequence is cheaper
+    assert decode_batch([13]).shared_keys is None
+    prompt = list(range(1, 11))
+    same = PagedBatch.build([(40, 41), (40, 41)], [prompt + [11], prompt + [12]], BLOCK, 4, (8, 10000.0))
+    assert same.shared_keys is not None and same.shared_keys.columns.shape == (2, 41)
+    little = PagedBatch.build([(12, 13), (12, 13)], [[1, 2, 3, 4], [1, 2, 5, 6]], BLOCK, 4, (8, 10000.0))
+    assert little.shared_keys is None  # half the blocks shared: each sequence's own gather costs less
+
+
 def test_decode_attention_matches_the_reference():
     g = torch.Generator().manual_seed(2)
     kv = torch.randn(16, BLOCK, 24, generator=g)
