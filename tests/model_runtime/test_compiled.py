@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch._dynamo.utils import counters
 
 from model_runtime import load_model
 from model_runtime.api import EngineStats, GenerationRequest, SamplingParams
@@ -57,10 +58,23 @@ def checkpoint(tmp_path_factory):
 def compiled(checkpoint):
     """A loaded model whose decode steps finished compiling (cold: about a minute here)."""
     loaded = load_model(checkpoint)
+    counters.clear()
     Engine(loaded, EngineConfig(block_size=BLOCK, max_cache_tokens=2048, compile_decode=True))
     status = loaded.compiled_decode(BLOCK).wait(1200)
     assert status.state == "ready" and status.wrapper == "cpp", status
+    COMPILE_EVENTS.update(counters["aot_autograd"])
     return loaded
+
+
+COMPILE_EVENTS: dict[str, int] = {}  # AOTAutograd's cache events during the `compiled` fixture's compile
+
+
+def test_each_graph_is_traced_and_lowered_once(compiled):
+    """Two graphs (one and two sequences), each looked up in AOTAutograd's cache once. A float
+    the trace left symbolic (an eps, a scale) made dynamo restart each graph's analysis after
+    lowering it: two lookups per graph, and a warm start three times as long."""
+    lookups = sum(COMPILE_EVENTS.get(k, 0) for k in ("autograd_cache_hit", "autograd_cache_miss", "autograd_cache_bypass"))
+    assert lookups == 2, COMPILE_EVENTS
 
 
 @pytest.fixture(scope="module")
