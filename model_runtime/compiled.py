@@ -44,7 +44,7 @@ Invariants:
 - The Python floats a graph reads (norm eps, softmax scales, the routing scale) are constants
   of the model and are traced as constants (dynamo's `specialize_float`). Left symbolic, each
   made dynamo restart a graph's analysis after lowering it, so every start traced and lowered
-  both graphs twice (embedded model, 1 thread, side by side: a warm-cache compile 32.6 s
+  both graphs twice (embedded model, 1 thread, one after the other: a warm-cache compile 32.6 s
   against 11.6-11.8 s, an empty-cache one 103.0 s against 81.5 s).
 - Inductor's compiled code is cached on disk (`cache_dir`, unless TORCHINDUCTOR_CACHE_DIR is
   set): a later start skips the C++ builds but still traces (mid model, measured by

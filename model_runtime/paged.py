@@ -159,7 +159,7 @@ class PagedBatch:
             return None
         used = table >= 0
         blocks, inverse = torch.unique(table[used].long(), return_inverse=True)
-        per_row = int((self.key_slots >= 0).sum())  # the keys a per-sequence gather reads
+        per_row = sum(self.context_len_list)  # the keys a per-sequence gather reads
         if blocks.numel() * bs * (table.shape[0] + 1) >= 2 * per_row:
             return None
         where = torch.full(table.shape, -1, dtype=torch.long, device=table.device)
