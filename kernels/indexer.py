@@ -188,25 +188,52 @@ def _select_visible(slots: torch.Tensor, seq_ids: torch.Tensor, positions: torch
 
 
 def _select(scores: torch.Tensor, slots: torch.Tensor, seq_ids: torch.Tensor, topk: int) -> torch.Tensor:
-    """[c, topk] int32 slots of each row's best finite scores in key-position order, -1 padded.
+    """[c, topk] int32 slots of each row's best finite scores in key-position order, -1 padded
+    (`best_columns`'s choice, read from each row's sequence in `slots`)."""
+    out = torch.full((scores.shape[0], topk), -1, dtype=torch.int32, device=scores.device)
+    if min(topk, scores.shape[1]) == 0 or slots.shape[0] == 0:
+        return out
+    columns, chosen = best_columns(scores, topk)
+    rows = seq_ids.long().clamp(0, slots.shape[0] - 1)
+    out[:, : columns.shape[1]] = slots[rows[:, None], columns].int().masked_fill_(~chosen, -1)
+    return out
+
+
+def best_columns(scores: torch.Tensor, topk: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Columns [R, k] (k = min(topk, T)) of each row's k best finite scores in position order,
+    and [R, k] bool: which exist (a row with fewer than k finite scores has them first).
 
     Ties at the k-th score go to the lowest positions, so a query selects the same keys whatever
     the row width (full prefill, chunked prefill, decode); torch.topk alone does not promise that.
+    One unsorted top-k finds the k-th score; where exactly k finite scores reach it (no tie
+    straddles it: the usual case) its columns are the choice, sorted. The other rows choose by
+    a mask over the whole row, as do compiled graphs (no data-dependent branch there).
     """
-    out = torch.full((scores.shape[0], topk + 1), -1, dtype=torch.int32, device=scores.device)
     k = min(topk, scores.shape[1])
-    if k == 0 or slots.shape[0] == 0:
-        return out[:, :topk]
-    kth = scores.topk(k, dim=1, sorted=False).values.amin(1, keepdim=True)  # the k-th best, without sorting
+    values, columns = scores.topk(k, dim=1, sorted=False)
+    kth = values.amin(1, keepdim=True)
+    if torch.compiler.is_compiling():
+        return _chosen_by_mask(scores, kth, k)
+    clear = ((kth > float("-inf")) & ((scores >= kth).sum(1, keepdim=True) == k)).squeeze(1)
+    columns = columns.sort(1).values
+    chosen = torch.ones_like(columns, dtype=torch.bool)
+    if not bool(clear.all()):
+        rows = (~clear).nonzero().squeeze(1)
+        columns[rows], chosen[rows] = _chosen_by_mask(scores[rows], kth[rows], k)
+    return columns, chosen
+
+
+def _chosen_by_mask(scores: torch.Tensor, kth: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`best_columns` for rows whose k-th score `kth` [R, 1] may be tied or -inf."""
     finite = scores > float("-inf")
     above = (scores > kth) & finite
     ties = (scores == kth) & finite
-    room = k - above.sum(1, keepdim=True)
-    chosen = above | (ties & (ties.cumsum(1) <= room))
-    dest = (chosen.cumsum(1) - 1).masked_fill_(~chosen, topk)  # unchosen land in a spare column
-    row_slots = slots[seq_ids.long().clamp(0, slots.shape[0] - 1)]
-    out.scatter_(1, dest, row_slots.int().masked_fill_(~chosen, -1))
-    return out[:, :topk]
+    chosen = above | (ties & (ties.cumsum(1) <= k - above.sum(1, keepdim=True)))
+    dest = (chosen.cumsum(1) - 1).masked_fill_(~chosen, k)  # unchosen land in a spare column
+    positions = torch.arange(scores.shape[1], device=scores.device).expand_as(scores)
+    columns = torch.zeros(scores.shape[0], k + 1, dtype=torch.long, device=scores.device).scatter_(1, dest, positions)
+    count = chosen.sum(1, keepdim=True)
+    return columns[:, :k], torch.arange(k, device=scores.device) < count
 
 
 def _launch_scores(

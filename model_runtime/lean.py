@@ -25,6 +25,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
+from kernels.indexer import best_columns
 from kernels.rows import gather_rows
 
 
@@ -80,20 +81,13 @@ def decode_topk(
 
 def _best_slots(scores: torch.Tensor, key_slots: torch.Tensor, topk: int) -> torch.Tensor:
     """[B, topk] int32: the slots of each row's k best finite scores in position order, ties at
-    the k-th score to the lowest positions, -1 padded. One unsorted top-k for the k-th score,
-    then a mask: a full sort of the row costs 3x more at 4k keys."""
-    k = min(topk, scores.shape[1])
-    out = key_slots.new_full((scores.shape[0], topk + 1), -1)
-    if k == 0:
-        return out[:, :topk].int()
-    kth = scores.topk(k, dim=1, sorted=False).values.amin(1, keepdim=True)
-    finite = scores > float("-inf")
-    above = (scores > kth) & finite
-    ties = (scores == kth) & finite
-    chosen = above | (ties & (ties.cumsum(1) <= k - above.sum(1, keepdim=True)))
-    dest = (chosen.cumsum(1) - 1).masked_fill_(~chosen, topk)  # unchosen land in a spare column
-    out.scatter_(1, dest, key_slots.masked_fill(~chosen, -1))
-    return out[:, :topk].int()
+    the k-th score to the lowest positions, -1 padded (`kernels.indexer.best_columns`)."""
+    out = key_slots.new_full((scores.shape[0], topk), -1)
+    if min(topk, scores.shape[1]) == 0:
+        return out.int()
+    columns, chosen = best_columns(scores, topk)
+    out[:, : columns.shape[1]] = key_slots.gather(1, columns).masked_fill_(~chosen, -1)
+    return out.int()
 
 
 def decode_attention(q: torch.Tensor, kv: torch.Tensor, idx: torch.Tensor, scale: float, d_v: int) -> torch.Tensor:

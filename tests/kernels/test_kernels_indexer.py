@@ -100,6 +100,25 @@ def test_topk_breaks_ties_toward_the_earliest_keys_and_lists_them_in_position_or
         assert chosen == sorted(chosen)
 
 
+@pytest.mark.parametrize("topk", [1, 5, 16, 40])
+def test_best_columns_is_a_stable_sort_by_score_then_position(topk, gen):
+    """Rows without ties (the unsorted top-k's shortcut), rows with exact ties straddling the
+    k-th score, and rows with fewer than k finite scores, in one call: each chooses what sorting
+    its finite scores by (score descending, position ascending) and taking k chooses."""
+    scores = torch.randint(0, 4, (12, 32), generator=gen).float()  # exact ties everywhere
+    scores[:4] = torch.randn(4, 32, generator=gen)
+    scores[5, 10:] = float("-inf")
+    scores[6] = float("-inf")
+    scores[7, ::2] = float("-inf")
+    columns, chosen = indexer.best_columns(scores, topk)
+    assert columns.shape == chosen.shape == (12, min(topk, 32))
+    for r in range(12):
+        finite = [t for t in range(32) if scores[r, t] > float("-inf")]
+        best = sorted(finite, key=lambda t: (-float(scores[r, t]), t))[:topk]
+        assert columns[r][chosen[r]].tolist() == sorted(best)
+        assert chosen[r].tolist() == [i < len(best) for i in range(min(topk, 32))]
+
+
 @pytest.mark.parametrize("topk", [5, 40])
 def test_reference_scores_only_the_queries_that_see_more_than_topk_keys(topk, gen, monkeypatch):
     """A query that sees at most topk keys selects all of them, so the reference does not score
