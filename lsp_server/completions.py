@@ -165,17 +165,16 @@ class Completions:
         self._drop(key)
         if automatic and settings.debounce_ms:
             await asyncio.sleep(settings.debounce_ms / 1000)
-        try:
-            handle = await engine.ready()
+        try:  # during start-up the tokenizer comes before the weights: prompt and plan meanwhile
+            text_model = await engine.text_ready()
+            await self._index_or_model()
         except asyncio.CancelledError:
             if job.reason is not None:
                 raise
-            # the client gave up while the model was loading: an empty answer, and say why
-            self._notify(STATUS, status_params("warming", "the model is still loading"))
-            return Answer("", job.trace_id, position, snapshot.version), "cancelled"
+            return self._gave_up_warming(snapshot, position, job.trace_id)
         started = time.perf_counter()
         prepared = await asyncio.to_thread(  # a large file must not stall the event loop
-            pipeline.prepare_later(self._state, settings, snapshot, position, handle.tokenizer, handle.context_length, not automatic)
+            pipeline.prepare_later(self._state, settings, snapshot, position, text_model.tokenizer, text_model.context_length, not automatic)
         )
         record.update(kind=prepared.kind.value, prepare_s=time.perf_counter() - started)
         if prepared.prompt is None:
@@ -183,15 +182,22 @@ class Completions:
         log.debug("%s: %s at %s, %d prompt tokens", job.trace_id, prepared.kind.value, position, len(prepared.prompt.ids))
         planning = time.perf_counter()
         plan = await asyncio.to_thread(  # the site and retrieval scan whole files: off the loop too
-            candidates.make_plan, prepared, settings, handle.tokenizer, self._state.index,
-            self._state.open_snapshots(exclude=snapshot.uri), engine.can_score,
+            candidates.make_plan, prepared, settings, text_model.tokenizer, self._state.index,
+            self._state.open_snapshots(exclude=snapshot.uri), text_model.can_score,
         )
         plan_done = time.perf_counter()
         record.update(prepare_s=plan_done - started, plan_s=plan_done - planning)
+        try:
+            await engine.ready()
+        except asyncio.CancelledError:
+            if job.reason is not None:
+                raise
+            return self._gave_up_warming(snapshot, position, job.trace_id)
+        loaded = time.perf_counter()
         prescored, prescore_s = None, 0.0
         if plan.reach is not None and not plan.out_of_reach:  # score the contenders before decoding
-            prescored = await candidates.prescore(engine, plan, prepared, handle.tokenizer, job.trace_id)
-            prescore_s = time.perf_counter() - plan_done
+            prescored = await candidates.prescore(engine, plan, prepared, text_model.tokenizer, job.trace_id)
+            prescore_s = time.perf_counter() - loaded
         if (early := candidates.settled_early(plan, prescored)) is not None:  # whatever the model would decode
             record.update(settle_s=prescore_s)
             self._check_version(snapshot)
@@ -199,7 +205,7 @@ class Completions:
                 self._cache.put(snapshot.uri, before, after, early)
                 timing.saw_text()
             return Answer(early, job.trace_id, position, snapshot.version), "answered" if early else "out_of_reach"
-        flight = self._launch(key, snapshot, offset, prepared, (plan, handle.tokenizer, prescored), job.trace_id, before, after)
+        flight = self._launch(key, snapshot, offset, prepared, (plan, text_model.tokenizer, prescored), job.trace_id, before, after)
         text = await self._follow(flight, "", job, request_id, timing)
         result = flight.done.result()
         record.update(
@@ -209,6 +215,27 @@ class Completions:
         )
         self._check_version(snapshot)
         return Answer(text, job.trace_id, position, snapshot.version), "answered" if text else "empty"
+
+    async def _index_or_model(self) -> None:
+        """During start-up, wait for the workspace index (the prompt's cross-file context, the
+        plan's names) while the model still loads, never longer: a prompt built before the model
+        is ready is then the one it would have been after."""
+        if self._state.index_ready.is_set():
+            return
+        waits = [asyncio.ensure_future(self._state.index_ready.wait()), asyncio.ensure_future(self._engine.ready())]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                if not wait.done():
+                    wait.cancel()
+                elif not wait.cancelled():
+                    wait.exception()  # a failed load is raised by the `ready` that follows
+
+    def _gave_up_warming(self, snapshot: DocumentSnapshot, position: Position, trace_id: str) -> tuple[Answer, str]:
+        """The client gave up while the model was loading: an empty answer, and say why."""
+        self._notify(STATUS, status_params("warming", "the model is still loading"))
+        return Answer("", trace_id, position, snapshot.version), "cancelled"
 
     def _check_version(self, snapshot: DocumentSnapshot) -> None:
         current = self._state.document_version(snapshot.uri)

@@ -20,6 +20,9 @@ Invariants:
 - Start-up order: once start-up announced a persistent KV store (`expect_store`), `generate`
   waits for it to be bound (at most `store_wait_s`), so the first completion after a restart
   reuses the blocks a previous session persisted instead of racing the binding.
+- `text_ready` gives the tokenizer and the model's positions before the weights have loaded,
+  when the checkpoint's own files give them (an in-process model): a completion that arrives
+  during start-up builds its prompt and plan while torch imports, not after.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ import enum
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from model_runtime.api import (
     ContinuationScore,
@@ -74,6 +78,16 @@ class ModelHandle:
 
 
 @dataclass(frozen=True, slots=True)
+class TextModel:
+    """What building a prompt and a plan needs of a model: its tokenizer and positions, and
+    whether its engine scores continuations."""
+
+    tokenizer: GlmTokenizer | SafeTokenizer
+    context_length: int
+    can_score: bool
+
+
+@dataclass(frozen=True, slots=True)
 class RuntimeOptions:
     """How the runtime runs the model: its device, the weights' dtype (`auto`: float32 on the CPU,
     exact and the fast path for small models there; bfloat16 on an accelerator), and whether
@@ -98,6 +112,7 @@ class RuntimeOptions:
 
 
 ModelLoader = Callable[[str, RuntimeOptions], ModelHandle]  # (checkpoint dir, runtime) -> handle
+TextLoader = Callable[[str, RuntimeOptions], TextModel | None]  # the same -> its text side, before the weights
 
 
 def load_runtime(path: str, runtime: RuntimeOptions) -> ModelHandle:
@@ -117,6 +132,23 @@ def load_runtime(path: str, runtime: RuntimeOptions) -> ModelHandle:
     compile_cache = str(inductor_dir()) if runtime.compile_decode else ""
     engine = loaded.engine(EngineConfig(use_mtp=runtime.mtp, compile_decode=runtime.compile_decode, compile_cache_dir=compile_cache))
     return ModelHandle(engine, loaded.tokenizer, path, loaded.config.max_position_embeddings)
+
+
+def load_text(path: str, runtime: RuntimeOptions) -> TextModel | None:
+    """The tokenizer and positions of the in-process checkpoint at `path`, read from its
+    tokenizer.json and config.json without torch; None for a remote engine (its tokenizer
+    comes with the connection)."""
+    if runtime.remote is not None:
+        return None
+    from model_runtime.config import ModelConfig
+
+    config = ModelConfig.from_file(Path(path) / "config.json")
+    return TextModel(SafeTokenizer(GlmTokenizer.from_dir(path)), config.max_position_embeddings, True)
+
+
+def no_text(path: str, runtime: RuntimeOptions) -> None:
+    """A `TextLoader` for loaders whose tokenizer only comes with the model."""
+    return None
 
 
 def load_remote(path: str, config: RemoteConfig) -> ModelHandle:
@@ -148,8 +180,11 @@ class ModelState(str, enum.Enum):
 class EngineClient:
     """Async façade over one engine. Create it on the event loop that will await it."""
 
-    def __init__(self, loader: ModelLoader = load_runtime, health: EngineHealth | None = None) -> None:
-        self._loader = loader
+    def __init__(
+        self, loader: ModelLoader = load_runtime, health: EngineHealth | None = None, text_loader: TextLoader = no_text
+    ) -> None:
+        self._loader, self._text_loader = loader, text_loader
+        self._text: asyncio.Future[TextModel] | None = None  # resolved by the loading thread, see `text_ready`
         self.health = health or EngineHealth()
         self._handle: ModelHandle | None = None
         self._loading: asyncio.Future[ModelHandle] | None = None
@@ -181,8 +216,14 @@ class EngineClient:
 
     async def _load(self, locate: Callable[[], str | None], runtime: RuntimeOptions) -> ModelHandle:
         self.state = ModelState.LOADING
+        loop = asyncio.get_running_loop()
+        text = self._text = loop.create_future()
+
+        def publish(model: TextModel) -> None:
+            _call_soon(loop, _resolve, text, model)
+
         try:
-            handle = await asyncio.to_thread(self._locate_and_load, locate, runtime)
+            handle = await asyncio.to_thread(self._locate_and_load, locate, runtime, publish)
         except ModelUnavailable as exc:
             self.state, self.error = ModelState.FAILED, exc.message
             log.error("%s", exc.message)
@@ -194,10 +235,17 @@ class EngineClient:
         log.info("model ready: %s", handle.path)
         return handle
 
-    def _locate_and_load(self, locate: Callable[[], str | None], runtime: RuntimeOptions) -> ModelHandle:
+    def _locate_and_load(self, locate: Callable[[], str | None], runtime: RuntimeOptions, publish: Callable[[TextModel], None]) -> ModelHandle:
         path = locate()
         if path is None:
             raise ModelUnavailable("no model: start the server with --model DIR or set initializationOptions.model")
+        try:
+            text = self._text_loader(path, runtime)
+        except Exception as exc:  # the full load below reports what is wrong with the checkpoint
+            log.debug("no tokenizer before the weights (%s): prompts wait for the model", exc)
+        else:
+            if text is not None:
+                publish(text)
         try:
             return self._loader(path, runtime).safe()
         except Exception as exc:
@@ -211,6 +259,19 @@ class EngineClient:
         if self._loading is not None:
             return await asyncio.shield(self._loading)
         raise ModelUnavailable(self.error or "no model is loaded (give --model or initializationOptions.model)")
+
+    async def text_ready(self) -> TextModel:
+        """The tokenizer and positions, as soon as they are known: before the weights have loaded
+        where the checkpoint's files give them (see `load_text`), else once the model is ready
+        (raising as `ready` does). Scoring is assumed where the engine is not loaded yet; an
+        engine that cannot score says so when asked (`score`)."""
+        text, loading = self._text, self._loading
+        if self._handle is None and text is not None and loading is not None and not text.done():
+            await asyncio.wait([text, loading], return_when=asyncio.FIRST_COMPLETED)
+        if self._handle is None and text is not None and text.done():
+            return text.result()
+        handle = await self.ready()
+        return TextModel(handle.tokenizer, handle.context_length, self.can_score)
 
     async def generate(
         self, request: GenerationRequest, on_text: Callable[[str], None] | None = None
@@ -359,7 +420,7 @@ class EngineClient:
             self.state = ModelState.UNLOADED
 
 
-def _resolve(future: asyncio.Future[GenerationResult], result: GenerationResult) -> None:
+def _resolve(future: asyncio.Future[Any], result: Any) -> None:
     if not future.done():
         future.set_result(result)
 

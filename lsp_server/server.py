@@ -36,7 +36,7 @@ from . import __version__, pipeline
 from .analysis import Analysis
 from .completion_cache import CompletionCache
 from .completions import Completions
-from .engine_client import EngineClient, ModelHandle, ModelLoader, RuntimeOptions, load_runtime
+from .engine_client import EngineClient, ModelHandle, ModelLoader, RuntimeOptions, TextLoader, load_runtime, load_text, no_text
 from .errors import Glm5Error, StaleRequest, Superseded
 from .fixer import Fixer
 from .health import EngineHealth
@@ -56,7 +56,7 @@ log = logging.getLogger(__name__)
 class Glm5Server(LanguageServer):
     def __init__(
         self, loader: ModelLoader = load_runtime, model: str | None = None, device: str | None = None, dtype: str | None = None,
-        mtp: bool = False, engine_url: RemoteConfig | None = None,
+        mtp: bool = False, engine_url: RemoteConfig | None = None, text_loader: TextLoader | None = None,
     ) -> None:
         super().__init__(
             name="glm5-lsp",
@@ -71,7 +71,9 @@ class Glm5Server(LanguageServer):
         self.cli_engine = engine_url
         self.settings = ServerSettings()
         self.state = WorkspaceState()
-        self.engine = EngineClient(loader, EngineHealth(self._engine_health_changed))
+        if text_loader is None:  # another loader's tokenizer may differ from the checkpoint's own
+            text_loader = load_text if loader is load_runtime else no_text
+        self.engine = EngineClient(loader, EngineHealth(self._engine_health_changed), text_loader)
         self.jobs = CompletionJobs()
         self.cache = CompletionCache(self.settings.cache_size)
         self.stats = ServerStats()
@@ -215,10 +217,10 @@ class Glm5Server(LanguageServer):
 
 def build_server(
     model: str | None = None, device: str | None = None, loader: ModelLoader = load_runtime, dtype: str | None = None,
-    mtp: bool = False, engine_url: RemoteConfig | None = None,
+    mtp: bool = False, engine_url: RemoteConfig | None = None, text_loader: TextLoader | None = None,
 ) -> Glm5Server:
     from .features import register_all
 
-    server = Glm5Server(loader=loader, model=model, device=device, dtype=dtype, mtp=mtp, engine_url=engine_url)
+    server = Glm5Server(loader=loader, model=model, device=device, dtype=dtype, mtp=mtp, engine_url=engine_url, text_loader=text_loader)
     register_all(server)
     return server

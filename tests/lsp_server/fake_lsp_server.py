@@ -7,6 +7,7 @@ environment variable GLM5_FAKE, a JSON object:
              prompt (special tokens included) gives the reply
     step_s   seconds per decode step (default 0.0)
     load_s   seconds the model takes to load (default 0.0)
+    early_text  the tokenizer is known before the model loads (as `load_text` reads a checkpoint's)
     store_s  seconds binding the workspace's KV store takes (default 0.0)
     fail     make loading fail with this message
     no_model start without any model (no --model, no embedded default)
@@ -34,7 +35,7 @@ from scoring_fakes import ScoringFakeEngine
 from context.languages import Language
 from context.watcher import IndexWatcher
 from lsp_server import startup
-from lsp_server.engine_client import ModelHandle, RuntimeOptions
+from lsp_server.engine_client import ModelHandle, RuntimeOptions, TextModel
 from lsp_server.server import build_server
 
 
@@ -75,7 +76,10 @@ def main() -> None:
 
     if config.get("no_model"):
         startup.embedded_model_path = lambda: None  # as on an installation without the embedded model
-    build_server(model=None if config.get("no_model") else "fake-model", loader=loader).start_io()
+    def text_loader(path: str, runtime: RuntimeOptions) -> TextModel | None:
+        return TextModel(tokenizer, 8192, "scores" in config) if config.get("early_text") else None
+
+    build_server(model=None if config.get("no_model") else "fake-model", loader=loader, text_loader=text_loader).start_io()
 
 
 def _gated(fn, gate: Path):

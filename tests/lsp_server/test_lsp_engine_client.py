@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from lsp_server.engine_client import EngineClient, ModelHandle, ModelState, RuntimeOptions
+from lsp_server.engine_client import EngineClient, ModelHandle, ModelState, RuntimeOptions, load_text
 from lsp_server.errors import GenerationFailed, ModelUnavailable
 from model_runtime.api import FinishReason, GenerationRequest, GenerationResult, SamplingParams, WarmupReport
 
@@ -322,3 +322,58 @@ def test_the_runtime_threads_setting_reaches_the_engine_thread(tmp_path):
     assert done.returncode == 0, done.stderr
     explicit, auto, cores = map(int, done.stdout.split())
     assert explicit == 3 and auto == max(1, cores - 1)
+
+
+def _blocked_loader(release: threading.Event):
+    tok = byte_tokenizer()
+    engine = FakeEngine(tok, lambda r: "x")
+
+    def loader(path, runtime):
+        assert release.wait(10), "the test never released the load"
+        return ModelHandle(engine, tok, path, 4096)
+
+    return loader
+
+
+async def test_text_ready_gives_the_checkpoints_tokenizer_while_its_weights_still_load(tmp_path):
+    """During start-up (torch importing, weights mapping) a completion can already build its
+    prompt: `text_ready` answers from the checkpoint's tokenizer.json and config.json while the
+    loader is still blocked, and encodes as the checkpoint's tokenizer does."""
+    from model_runtime.config import ModelConfig
+    from model_runtime.testing import make_tiny_checkpoint
+    from model_runtime.tokenizer import GlmTokenizer
+
+    cfg = ModelConfig.tiny().replace(max_position_embeddings=777)
+    ckpt = make_tiny_checkpoint(tmp_path / "ckpt", cfg)
+    release = threading.Event()
+    client = EngineClient(_blocked_loader(release), text_loader=load_text)
+    loading = client.start_loading(lambda: str(ckpt))
+    try:
+        text = await asyncio.wait_for(client.text_ready(), 10)
+        assert client.handle is None and not loading.done()
+        assert text.context_length == 777 and text.can_score
+        source = "def centroid(points):\n    return sum(points) / len(points)\n"
+        assert text.tokenizer.encode(source) == GlmTokenizer.from_dir(ckpt).encode(source)
+    finally:
+        release.set()
+    await loading
+    assert (await client.text_ready()).context_length == 4096  # from the loaded handle from now on
+
+
+async def test_text_ready_waits_for_the_model_without_a_readable_tokenizer_and_fails_with_it():
+    release = threading.Event()
+    client = EngineClient(_blocked_loader(release), text_loader=load_text)
+    client.start_loading(lambda: "no-such-checkpoint")
+    waiting = asyncio.ensure_future(client.text_ready())
+    await asyncio.sleep(0.2)
+    assert not waiting.done()
+    release.set()
+    assert (await asyncio.wait_for(waiting, 10)).context_length == 4096
+
+    def failing(path, runtime):
+        raise OSError("disk gone")
+
+    broken = EngineClient(failing)
+    broken.start_loading(lambda: "no-such-checkpoint")
+    with pytest.raises(ModelUnavailable, match="disk gone"):
+        await broken.text_ready()

@@ -93,6 +93,37 @@ async def test_a_completion_during_start_up_waits_for_the_persisted_kv_store(tmp
         assert await session.stop() == 0
 
 
+async def test_a_completion_during_start_up_builds_its_prompt_with_the_index_before_the_model_is_ready(tmp_path):
+    """The tokenizer is known before the weights: the prompt is built while the model loads, but
+    only once the workspace index is there (its cross-file context decides the answer here: the
+    fake answers `centroid(points)` only to a prompt that shows `centroid`'s definition)."""
+    gate = tmp_path.parent / f"{tmp_path.name}.parse-gate"
+    log = tmp_path.parent / f"{tmp_path.name}.log"
+    (tmp_path / "geometry.py").write_text("def centroid(points):\n    return sum(points) / len(points)\n")
+    (tmp_path / "big.py").write_text("def f():\n    pass\n" * 40_000)  # its parse holds the index build at the gate
+    app = "from geometry import centroid\n\n\ndef main(points):\n    center = \n"
+    (tmp_path / "app.py").write_text(app)
+    session = await _start(
+        tmp_path, load_s=4.0, early_text=True, parse_gate=str(gate), log=str(log), text="nothing",
+        rules=[["return sum(points) / len(points)", "centroid(points)"]],
+    )
+    try:
+        uri = session.open(tmp_path / "app.py", app)
+        completion = asyncio.ensure_future(session.inline(uri, 4, 13))
+        await asyncio.sleep(0.5)
+        assert not completion.done()  # waiting for the index, not building a prompt without it
+        gate.touch()
+        answer = await asyncio.wait_for(completion, 60)
+        assert [item.insert_text for item in answer.items] == ["centroid(points)"]
+        lines = log.read_text().splitlines()
+        built = next(i for i, line in enumerate(lines) if "prompt tokens" in line)
+        ready = next(i for i, line in enumerate(lines) if "model ready" in line)
+        assert built < ready  # the prompt was built while the model still loaded
+    finally:
+        gate.touch()
+        assert await session.stop() == 0
+
+
 async def test_the_warm_up_holds_while_the_first_completion_builds_its_prompt(tmp_path):
     """The first completion after start-up runs before any warm-up forward, also while it is
     still building its prompt outside the engine (its large parse held by a gate): the warm-up
