@@ -77,7 +77,9 @@ class Glm5Server(LanguageServer):
         self.jobs = CompletionJobs()
         self.cache = CompletionCache(self.settings.cache_size)
         self.stats = ServerStats()
-        self.analysis = Analysis(self.state, self.current_settings, self.text_document_publish_diagnostics, self.background)
+        self.analysis = Analysis(
+            self.state, self.current_settings, self.text_document_publish_diagnostics, self.background, lambda: self.completions.busy
+        )
         self.completions = Completions(
             self.state, self.engine, self.jobs, self.cache, self.stats, self.current_settings, self.notify, self.background
         )

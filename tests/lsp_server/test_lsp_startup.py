@@ -226,3 +226,23 @@ def test_index_progress_reaches_the_loop_at_most_once_per_interval_and_always_at
     assert seen[0] == 1 and seen[-1] == 100
     assert all(b - a >= 25 for a, b in zip(seen, seen[1:-1]))  # 25 files = 0.1 s apart
     assert len(seen) == 5
+
+
+async def test_diagnostics_wait_for_a_completion_being_answered(tmp_path):
+    """An edit's analysis falls due while a slow completion runs: its diagnostics come after the
+    completion's answer (both are Python on one interpreter lock; the user waits for the answer)."""
+    session = await Session.start_fake(tmp_path, {"text": "value + 1", "step_s": 0.15}, {"diagnosticsDebounceMs": 100, "debounceMs": 0})
+    try:
+        await session.wait_ready()
+        uri = session.create("held.py", "x = 1\nresult = \n")
+        session.change(uri, "print(undefined_thing)\n", start=(0, 0))
+        answer = await session.inline(uri, 2, 9)
+        answered = len(session.notifications)
+        assert [item.insert_text for item in answer.items] == ["value + 1"]
+        await session.wait_for(
+            lambda: any(p.uri == uri and p.version == 2 for p in session.messages("textDocument/publishDiagnostics")), what="diagnostics"
+        )
+        published = [i for i, (m, p) in enumerate(session.notifications) if m == "textDocument/publishDiagnostics" and p.version == 2]
+        assert published and min(published) >= answered
+    finally:
+        assert await session.stop() == 0
