@@ -193,3 +193,22 @@ def test_a_random_checkpoint_can_carry_a_trained_tokenizer(tmp_path):
     assert loaded.tokenizer.decode(ids) == text
     with pytest.raises(ValueError, match="more than the model's vocab_size 4096"):
         make_tiny_checkpoint(tmp_path / "small", ModelConfig.tiny(vocab_size=4096), tokenizer_dir=DEFAULT_MODEL_DIR)
+
+
+def test_loading_skips_the_random_init_that_the_checkpoint_overwrites(tiny_ckpt, monkeypatch):
+    """The loader's meta skeleton runs no Linear init (the checkpoint assigns every weight); a
+    model built on a real device still gets one, and the loaded weights are the file's."""
+    from torch import nn
+
+    from model_runtime.config import ModelConfig
+    from model_runtime.model import Transformer
+
+    calls = []
+    real = nn.init.kaiming_uniform_
+    monkeypatch.setattr(nn.init, "kaiming_uniform_", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
+    loaded = load_model(tiny_ckpt)
+    assert calls == []
+    on_file = load_file(tiny_ckpt / "model.safetensors")
+    assert torch.equal(loaded.model.lm_head.weight, on_file["lm_head.weight"])
+    built = Transformer(ModelConfig.tiny())
+    assert calls and built.lm_head.weight.abs().max() > 0
