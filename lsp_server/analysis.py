@@ -10,7 +10,8 @@ an immutable snapshot; diagnostics are published for the version they were compu
 only if the document is still at that version (a newer edit reschedules). Documents over
 `MAX_ANALYSED_CHARS` get no undeclared-symbol analysis (pyflakes takes ~35 s on 5 MB). A
 failure in the analysis of one document is logged and never reaches the others or the server.
-An analysis due while a completion is being answered waits for it (at most `HOLD_MAX_S`): both
+An analysis due while a completion is being answered waits for it (the server bounds the wait
+by `HOLD_MAX_S`): both
 are Python on two cores and one interpreter lock, and the completion is what the user waits for
 (the file opened at start-up is analysed while the model loads and the first completion runs).
 """
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,6 @@ log = logging.getLogger(__name__)
 SOURCE = "glm5"
 UNDECLARED = "undeclared-symbol"
 MAX_ANALYSED_CHARS = 1_000_000
-HOLD_POLL_S = 0.02  # how often a held analysis looks again
 HOLD_MAX_S = 5.0  # the longest an analysis waits for completions
 
 
@@ -48,10 +48,10 @@ class Analysis:
     def __init__(
         self, state: WorkspaceState, settings: Callable[[], ServerSettings],
         publish: Callable[[types.PublishDiagnosticsParams], None], background: Callable[[Coroutine[Any, Any, Any]], Any],
-        hold: Callable[[], bool] = lambda: False,
+        wait_for_completions: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._state = state
-        self._hold = hold  # true while a completion is being answered
+        self._wait_for_completions = wait_for_completions  # returns once none is being answered
         self._settings = settings
         self._publish = publish
         self._background = background
@@ -80,11 +80,10 @@ class Analysis:
 
     async def _analyse(self, uri: str) -> None:
         state = self._state
-        deadline = asyncio.get_running_loop().time() + HOLD_MAX_S
-        while self._hold() and asyncio.get_running_loop().time() < deadline:
-            await asyncio.sleep(HOLD_POLL_S)
-        if uri not in state.documents:
-            return
+        if self._wait_for_completions is not None:
+            await self._wait_for_completions()
+            if uri not in state.documents:
+                return
         snapshot = state.snapshot(uri)
         try:
             diagnostics = await asyncio.to_thread(self._compute, snapshot, state.index, self._settings().diagnostics, state.encoding)

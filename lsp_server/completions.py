@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 
 PROGRESS = "glm5/inlineCompletionProgress"
 CACHE_WINDOW = 512
+IDLE_POLL_S = 0.02  # how often `idle` looks again
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +97,14 @@ class Completions:
     def busy(self) -> bool:
         """Whether a completion request is being answered (also before it reaches the engine)."""
         return self._active > 0
+
+    async def idle(self, timeout: float | None = None) -> None:
+        """Return once no completion is being answered, or after `timeout` seconds: background
+        work (warm-up, diagnostics) waits here so that it never delays the user's answer."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while self.busy and (deadline is None or loop.time() < deadline):
+            await asyncio.sleep(IDLE_POLL_S)
 
     async def complete(
         self, uri: str, position: Position, request_id: int | str, channel: str = "inline", automatic: bool = True

@@ -33,7 +33,7 @@ from model_runtime.remote.config import RemoteConfig
 from pygls.lsp.server import LanguageServer
 
 from . import __version__, pipeline
-from .analysis import Analysis
+from .analysis import HOLD_MAX_S, Analysis
 from .completion_cache import CompletionCache
 from .completions import Completions
 from .engine_client import EngineClient, ModelHandle, ModelLoader, RuntimeOptions, TextLoader, load_runtime, load_text, no_text
@@ -78,7 +78,8 @@ class Glm5Server(LanguageServer):
         self.cache = CompletionCache(self.settings.cache_size)
         self.stats = ServerStats()
         self.analysis = Analysis(
-            self.state, self.current_settings, self.text_document_publish_diagnostics, self.background, lambda: self.completions.busy
+            self.state, self.current_settings, self.text_document_publish_diagnostics, self.background,
+            lambda: self.completions.idle(HOLD_MAX_S),
         )
         self.completions = Completions(
             self.state, self.engine, self.jobs, self.cache, self.stats, self.current_settings, self.notify, self.background

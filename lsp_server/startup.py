@@ -54,7 +54,6 @@ log = logging.getLogger(__name__)
 WARMUP_DEFINITIONS = 8
 WARMUP_CHARS = 4000
 PREFILL_FILES = 4
-HOLD_POLL_S = 0.02  # how often a held warm-up looks again
 PROGRESS_INTERVAL_S = 0.1  # indexing progress is reported at most this often (and at its end)
 
 
@@ -230,20 +229,14 @@ async def warm_up(ls: Glm5Server) -> None:
             report = await ls.engine.warmup(texts, progress, hold=lambda: ls.completions.busy)
             log.info("warm-up: %s", report)
             work.report(0.92, "stable context")
-            await _users_done(ls)
+            await ls.completions.idle()
             await _prefill_stable_context(ls)
             work.report(0.95, "first completion")
-            await _users_done(ls)
+            await ls.completions.idle()
             await _first_completion(ls)
     except Exception as exc:  # warm-up is an optimisation: log and carry on
         log.exception("warm-up failed")
         ls.window_log_message(types.LogMessageParams(type=types.MessageType.Warning, message=f"glm5: warm-up failed: {exc}"))
-
-
-async def _users_done(ls: Glm5Server) -> None:
-    """Wait while a user's completion is being answered: the warm-up must not delay it."""
-    while ls.completions.busy:
-        await asyncio.sleep(HOLD_POLL_S)
 
 
 def warmup_texts(ls: Glm5Server) -> list[str]:
