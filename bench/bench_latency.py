@@ -15,8 +15,8 @@ the editor, and the pauses while typing.
    p50/p95 to the first streamed text and to the final text, one server per variant, one after
    the other: the shipped defaults (candidates, retrieval, rerank, abstain; decode budget
    `maxDecodeMs` 200), the plain streamed pipeline (one greedy candidate), the same with
-   compiled decoding (`compileDecode`, typing from when its compile is ready), and the plain one
-   without the decode budget.
+   compiled decoding (`compileDecode`, typing from when its compile is ready), the same with MTP
+   speculative decoding (`mtp`), and the plain one without the decode budget.
 
 What it leaves out: the client's own debounce and rendering; the machine's other load (printed).
 
@@ -157,12 +157,15 @@ def typed_chunks(text: str) -> list[str]:
 
 
 PLAIN = {"numCandidates": 1, "retrieval": False, "rerank": False, "abstain": False}  # the greedy text, streamed
-COMPILED = {"compileDecode": True}  # a start-up setting: sent as initializationOptions
+COMPILED = {"compileDecode": True}
+SPECULATIVE = {"mtp": True}
+START_SETTINGS = ("compileDecode", "mtp")  # start-up settings: sent as initializationOptions
 TYPING_VARIANTS = (
     ("shipped defaults", {}),
     ("shipped defaults with skipUnreachable off", {"skipUnreachable": False}),
     ("plain streamed pipeline", PLAIN),
     ("plain streamed pipeline with compileDecode", {**PLAIN, **COMPILED}),
+    ("plain streamed pipeline with mtp", {**PLAIN, **SPECULATIVE}),
     ("plain, no decode budget", {**PLAIN, "maxDecodeMs": 0}),
 )
 INDUCTOR_CACHE = Path(tempfile.gettempdir()) / "glm5-bench-inductor"  # shared by runs: the cold compile once
@@ -174,14 +177,16 @@ async def typing_run(model: str, rec, settings: dict, log: Path) -> dict[str, li
     start-up's, `bench_compile.py`)."""
     root = Path(rec.path).parent
     env = {"GLM5_LSP_CACHE_DIR": tempfile.mkdtemp(prefix="bench-latency-kv-"), "TORCHINDUCTOR_CACHE_DIR": str(INDUCTOR_CACHE)}
-    start = {key: settings[key] for key in COMPILED if key in settings}
+    start = {key: settings[key] for key in START_SETTINGS if key in settings}
     settings = {key: value for key, value in settings.items() if key not in start}
     client, notes = await start_server(model, root, True, 96, log, None, env, start)
-    if start:
+    if start.get("compileDecode"):
         await _compiled_ready(client)
     if settings:
         client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"glm5": settings}))
-    out: dict[str, list[float]] = {"first": [], "final": [], "shown": [], "steps": [], "tokens": [], "generate": [], "settle": [], "unreachable": []}
+    out: dict[str, list[float]] = {
+        "first": [], "final": [], "shown": [], "steps": [], "tokens": [], "prepare": [], "generate": [], "settle": [], "server": [], "unreachable": [],
+    }  # fmt: skip
     try:
         uri = _open(client, rec, rec.initial_text)
         line, character, version = *rec.start, 1
@@ -213,8 +218,10 @@ async def typing_run(model: str, rec, settings: dict, log: Path) -> dict[str, li
             if record["outcome"] in ("answered", "empty", "out_of_reach") and (record["prompt_tokens"] or record["outcome"] == "out_of_reach"):
                 out["steps"].append(record["decode_steps"])
                 out["tokens"].append(record["generated_tokens"])
+                out["prepare"].append(record["prepare_s"])
                 out["generate"].append(record["generate_s"])
                 out["settle"].append(record["settle_s"])
+                out["server"].append(record["total_s"])
     finally:
         await stop_server(client)
     return out
@@ -235,8 +242,8 @@ async def typing_table(model_name: str, path: Path, chars: int, logs: Path, vari
         rec = record_session(unseen, chars, 0.0, 0.0)
         pauses = sum(1 for c in typed_chunks("".join(c for _, c in rec.keystrokes)) if c[0] in PAUSES)
         print(f"\ntyping {chars} characters into {path.name} (unseen), {model_name} model: a request at each of {pauses} pauses, each awaited")
-        print("| pipeline | requests | first text p50 ms | first text p95 ms | final p50 ms | final p95 ms | with text | their final p50 ms | their final p95 ms | decode steps (mean) | tokens (mean) | generate p50 ms | settle p50 ms | decode skipped |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        print("| pipeline | requests | first text p50 ms | first text p95 ms | final p50 ms | final p95 ms | with text | their final p50 ms | their final p95 ms | decode steps (mean) | tokens (mean) | prepare p50 ms | generate p50 ms | settle p50 ms | server p50 ms | decode skipped |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         notes: list[str] = []
         for i, (label, settings) in enumerate(TYPING_VARIANTS):
             if variants and label not in variants:
@@ -247,8 +254,8 @@ async def typing_table(model_name: str, path: Path, chars: int, logs: Path, vari
                   f"{pct(final, .5) * 1000:,.1f} | {pct(final, .95) * 1000:,.1f} | {len(run['shown'])} | "
                   f"{pct(shown, .5) * 1000:,.1f} | {pct(shown, .95) * 1000:,.1f} | "
                   f"{statistics.mean(run['steps'] or [0]):.1f} | {statistics.mean(run['tokens'] or [0]):.1f} | "
-                  f"{pct(run['generate'] or [0.0], .5) * 1000:,.1f} | {pct(run['settle'] or [0.0], .5) * 1000:,.1f} | "
-                  f"{len(run['unreachable'])} ({sum(run['unreachable']):.0f} after scoring) |")
+                  + " | ".join(f"{pct(run[k] or [0.0], .5) * 1000:,.1f}" for k in ("prepare", "generate", "settle", "server"))
+                  + f" | {len(run['unreachable'])} ({sum(run['unreachable']):.0f} after scoring) |")
             if "compiled" in run:
                 steps, fallbacks, seconds = run["compiled"]
                 notes.append(f"{label}: {steps:.0f} decode steps compiled, {fallbacks:.0f} fell back to eager; compiled in {seconds:.1f} s before typing")

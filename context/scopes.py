@@ -154,9 +154,12 @@ def scopes_of_tree(tree: ts.Tree) -> FileScopes:
     bindings: list[Binding] = []
     instances: list[Instance] = []
     attributes: list[tuple[ts.Node, ts.Node]] = []
+    statements: dict[str, list[ts.Node]] = {"import.statement": [], "class.definition": []}
     assert query is not None, "python-scopes.scm ships with this package"
     for _, captures in ts.QueryCursor(query).matches(root):
         for capture, nodes in captures.items():
+            if capture in statements:
+                statements[capture].extend(nodes)
             if capture.startswith("bind."):
                 kind = capture.removeprefix("bind.")
                 for node in nodes:
@@ -167,8 +170,8 @@ def scopes_of_tree(tree: ts.Tree) -> FileScopes:
             instances.append(Instance(_text(name), _text(captures["instance.class"][0]), scope))
         if "attr.object" in captures:
             attributes.append((captures["attr.object"][0], captures["attr.name"][0]))
-    imports, star = _imports(root)
-    classes = _classes(root, bindings, attributes)
+    imports, star = _imports(_in_order(statements["import.statement"]))
+    classes = _classes(_in_order(statements["class.definition"]), bindings, attributes)
     return FileScopes(tuple(dict.fromkeys(bindings)), classes, tuple(instances), imports, star, module_span)
 
 
@@ -187,9 +190,15 @@ def _scope_of(node: ts.Node, module_span: Span) -> tuple[Span, str]:
     return module_span, "module"
 
 
-def _classes(root: ts.Node, bindings: list[Binding], attributes: list[tuple[ts.Node, ts.Node]]) -> tuple[ClassInfo, ...]:
+def _in_order(nodes: list[ts.Node]) -> list[ts.Node]:
+    """Captured nodes in document order (outer before inner), each once."""
+    unique = {(n.start_byte, -n.end_byte): n for n in nodes}
+    return [unique[key] for key in sorted(unique)]
+
+
+def _classes(definitions: list[ts.Node], bindings: list[Binding], attributes: list[tuple[ts.Node, ts.Node]]) -> tuple[ClassInfo, ...]:
     classes: list[ClassInfo] = []
-    for node in _descendants(root, "class_definition"):
+    for node in definitions:
         span = (node.start_byte, node.end_byte)
         name = node.child_by_field_name("name")
         members = [b.name for b in bindings if b.scope == span]
@@ -219,10 +228,10 @@ def _enclosing(node: ts.Node, kind: str) -> ts.Node | None:
     return parent
 
 
-def _imports(root: ts.Node) -> tuple[tuple[ImportBinding, ...], bool]:
+def _imports(statements: list[ts.Node]) -> tuple[tuple[ImportBinding, ...], bool]:
     found: list[ImportBinding] = []
     star = False
-    for node in _descendants(root, "import_statement", "import_from_statement"):
+    for node in statements:
         if node.type == "import_statement":
             for name in node.children_by_field_name("name"):
                 if name.type == "aliased_import":
@@ -242,16 +251,6 @@ def _imports(root: ts.Node) -> tuple[tuple[ImportBinding, ...], bool]:
             else:
                 found.append(ImportBinding(_text(name), module_text, _text(name)))
     return tuple(found), star
-
-
-def _descendants(root: ts.Node, *kinds: str) -> list[ts.Node]:
-    found, stack = [], [root]
-    while stack:
-        node = stack.pop()
-        if node.type in kinds:
-            found.append(node)
-        stack.extend(reversed(node.named_children))
-    return found
 
 
 def _text(node: ts.Node | None) -> str:

@@ -15,8 +15,8 @@ Invariants:
   exist. Calls run under the stance "fail_on_recompile": a step the graphs do not match raises
   instead of compiling, and that step runs eager (the engine counts it in
   `compiled_fallbacks`).
-- Covered steps: every sequence feeds one token (`PagedBatch.lean_decode`), the context is
-  sparse (longer than `index_topk`), no latents are spilled to the host, nothing records
+- Covered steps: every sequence feeds one token (`PagedBatch.one_token_each`) on the lean
+  path, the context is sparse (longer than `index_topk`), no latents are spilled to the host, nothing records
   attention or observes the routers (`Gate.observe`, the warm-up's expert count: observers
   are not module hooks, so a trace never includes one). Prefill, MTP drafts, short dense
   contexts and Triton (CUDA) steps run eager, and so do the steps of an engine whose cache
@@ -175,7 +175,7 @@ class CompiledDecode:
 
     def covers(self, batch: PagedBatch) -> bool:
         """A step the compiled graphs are for (whether or not they are ready)."""
-        return batch.lean_decode and not batch.dense and batch.latents is None
+        return batch.one_token_each and batch.lean_decode and not batch.dense and batch.latents is None
 
     def forward(self, ids: torch.Tensor, batch: PagedBatch, cache: KVCache) -> torch.Tensor | None:
         """Final-normed hidden [N, D] of a covered step once ready, or None when no graph

@@ -7,8 +7,9 @@ of tokens. These functions do the same maths without that bookkeeping, using wha
 computed once for the step:
 - `rms_norm`, `rope`: the references' arithmetic, no validation or chunking;
 - `decode_topk`, `decode_attention`: the DSA indexer's top-k and sparse MLA attention for a step
-  in which every sequence feeds one token (its query sees every key of its sequence); the
-  top-k reads keys that several sequences share (an n-best's prompt) once, not once each.
+  in which every sequence feeds a few tokens (a decode step, or one verifying an MTP draft),
+  each query over its own key slots (its sequence's keys up to its position); the top-k reads
+  keys that several sequences share (an n-best's prompt) once, not once each.
 
 Invariants:
 - Same results as the references (tests pin them): same selection rule (the k best scores,
@@ -60,11 +61,12 @@ def decode_topk(
     q: torch.Tensor, w: torch.Tensor, index_cache: torch.Tensor, key_slots: torch.Tensor, scale: float, topk: int,
     shared: SharedKeys | None = None,
 ) -> torch.Tensor:  # fmt: skip
-    """Physical slots [B, topk] int32 of each one-token query's best keys, -1 padded.
+    """Physical slots [N, topk] int32 of each query's best keys, -1 padded.
 
-    q [B, Hi, Di] and w [B, Hi] (fp32) are each sequence's new query; key_slots [B, T] (long,
-    -1 padded) every slot of its context, the new token's included. With `shared`, every query
-    is scored against the distinct blocks' keys, each gathered once, and reads its own columns.
+    q [N, Hi, Di] and w [N, Hi] (fp32) are the step's queries; key_slots [N, T] (long, -1
+    padded) the slot of every key each query sees, its own token's included. With `shared`,
+    every query is scored against the distinct blocks' keys, each gathered once, and reads its
+    own columns.
     """
     dim = index_cache.shape[-1]
     if shared is None:
@@ -94,7 +96,7 @@ def decode_attention(q: torch.Tensor, kv: torch.Tensor, idx: torch.Tensor, scale
     """q [B, H, C] over rows kv [slots, C] at idx [B, K] (-1 = none) -> out [B, H, d_v] in q's dtype.
 
     Each query gathers its own K rows (`kernels.sparse_mla_attention_ref`'s per-query form); a
-    one-token query always sees at least itself, so no row is empty.
+    query always sees at least its own token, so no row is empty.
     """
     valid = idx >= 0
     keys = gather_rows(kv, idx.long().clamp(min=0)).float()  # [B, K, C]

@@ -11,9 +11,10 @@ Invariants:
 - Queries of one sequence are contiguous in the flat batch and in position order.
 - `dense` is true when every query sees at most `index_topk` keys: DSA is then exactly dense
   causal attention and the indexer need not run.
-- A step in which every sequence feeds one token (`lean_decode`, on the torch references) runs
-  `lean`'s decode forms of both ops over `key_slots`, computed once per step; when its
-  sequences share most blocks (`shared_keys`), the indexer reads each shared key once.
+- A step in which every sequence feeds at most `LEAN_MAX_NEW` tokens (`lean_decode`, on the
+  torch references: a decode step, or a speculative step verifying an MTP draft) runs `lean`'s
+  per-query forms of both ops over `query_slots`, computed once per step; when its sequences
+  share most blocks (`shared_keys`), the indexer reads each shared key once.
 - Slots index the indexer-key cache; attention reads latents through `attendable`, which is the
   identity unless some blocks' latents are spilled to the host (`kvstore.residency`).
 """
@@ -39,6 +40,7 @@ EXPANDED_BYTES = 256 << 20  # expanded keys and values per layer up to which a s
 # (mid model, one thread), it spends ~4x the time per multiply-add of the expanded form's few
 # large matmuls (prefills of 1,200 tokens: expanded faster; 2,400 and 3,600: absorbed faster).
 ABSORBED_OVERHEAD = 4
+LEAN_MAX_NEW = 4  # new tokens per sequence up to which a step runs `lean`'s per-query forms
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,16 +144,32 @@ class PagedBatch:
     def query_spans(self) -> list[tuple[int, int]]:
         return list(zip(self.query_starts[:-1], self.query_starts[1:]))
 
+    @property
+    def one_token_each(self) -> bool:
+        """Every sequence feeds one token: a plain decode step."""
+        return self.positions.shape[0] == self.num_seqs
+
     @cached_property
     def lean_decode(self) -> bool:
-        """Every sequence feeds one token (so its query sees all its keys) and the ops would run
-        their torch references: the step uses `lean`'s decode forms instead."""
-        return self.positions.shape[0] == self.num_seqs and not kernels.runs_triton(self.positions)
+        """Every sequence feeds at most `LEAN_MAX_NEW` tokens and the ops would run their torch
+        references: the step uses `lean`'s per-query forms instead."""
+        most = max(e - s for s, e in zip(self.query_starts, self.query_starts[1:]))
+        return most <= LEAN_MAX_NEW and not kernels.runs_triton(self.positions)
+
+    @cached_property
+    def query_slots(self) -> torch.Tensor:
+        """[N, T_max] slots of the keys each query sees (its sequence's keys up to its own
+        position), -1 padded: `key_slots` itself when every sequence feeds one token."""
+        if self.one_token_each:
+            return self.key_slots
+        offsets = torch.arange(self.key_slots.shape[1], device=self.positions.device)
+        return self.key_slots[self.seq_ids].masked_fill(offsets[None, :] > self.positions[:, None], -1)
 
     @cached_property
     def shared_keys(self) -> lean.SharedKeys | None:
         """For a lean decode step whose sequences share most of their blocks (one prompt's
-        n-best): the distinct blocks, and each key's column among their slots. Scoring every query
+        n-best): the distinct blocks, and each key's column among their slots, per query
+        (like `query_slots`; its -1 keys get column 0 and stay masked there). Scoring every query
         against the distinct keys gathers a shared key once instead of once per sequence. None
         where that costs more: one sequence, or sequences with blocks of their own."""
         table, bs = self.block_table, self.block_size
@@ -165,7 +183,8 @@ class PagedBatch:
         where = torch.full(table.shape, -1, dtype=torch.long, device=table.device)
         where[used] = inverse
         t = torch.arange(self.key_slots.shape[1], device=table.device)
-        return lean.SharedKeys(blocks, (where[:, t // bs] * bs + t % bs).clamp_(min=0))
+        columns = (where[:, t // bs] * bs + t % bs).clamp_(min=0)
+        return lean.SharedKeys(blocks, columns if self.one_token_each else columns[self.seq_ids])
 
     @cached_property
     def causal_slots(self) -> torch.Tensor:
@@ -211,7 +230,8 @@ def indexer_topk(
 ) -> torch.Tensor:
     """Physical slots [N, topk] of each query's top-k causal keys by indexer score (-1 padded)."""
     if batch.lean_decode:
-        shared = None if torch.compiler.is_compiling() else batch.shared_keys  # data-dependent sizes
-        return lean.decode_topk(q, w, index_cache, batch.key_slots, scale, topk, shared)
+        if torch.compiler.is_compiling():  # a one-token step (`CompiledDecode.covers`); shared keys have data-dependent sizes
+            return lean.decode_topk(q, w, index_cache, batch.key_slots, scale, topk)
+        return lean.decode_topk(q, w, index_cache, batch.query_slots, scale, topk, batch.shared_keys)
     lens = torch.tensor(batch.context_len_list, device=q.device)
     return kernels.indexer_topk(q, w, index_cache, batch.block_table, batch.seq_ids, batch.positions, lens, scale, topk)

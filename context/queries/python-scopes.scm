@@ -7,6 +7,8 @@
 ;   @bind.global   a `global`/`nonlocal` name (binds in the module for our purposes)
 ;   @instance.name / @instance.class   `x = Cls(...)`, `x: Cls`, parameter `x: Cls`
 ;   @attr.object / @attr.name          `obj.name = ...` (instance attributes set in methods)
+;   @import.statement  every import statement (its bindings are read from the node)
+;   @class.definition  every class definition
 
 (function_definition name: (identifier) @bind.def)
 (class_definition name: (identifier) @bind.def)
@@ -45,3 +47,7 @@
 
 (assignment left: (attribute object: (identifier) @attr.object attribute: (identifier) @attr.name))
 (augmented_assignment left: (attribute object: (identifier) @attr.object attribute: (identifier) @attr.name))
+
+(import_statement) @import.statement
+(import_from_statement) @import.statement
+(class_definition) @class.definition

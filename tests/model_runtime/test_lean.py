@@ -67,6 +67,46 @@ def test_decode_topk_over_shared_blocks_matches_the_reference():
         assert torch.equal(lean.decode_topk(q, w, cache, batch.key_slots, 0.25, topk), ref)
 
 
+def test_a_few_tokens_per_sequence_take_the_lean_path_with_causal_key_slots():
+    """A step verifying drafts (2-3 new tokens per sequence) runs the lean forms: each query's
+    choice over its own keys (up to its position) is the reference's, ties included."""
+    spans, g = [(11, 13), (27, 30), (4, 5)], torch.Generator().manual_seed(5)
+    free = torch.randperm(16, generator=g).tolist()
+    batch = PagedBatch.build(spans, [[free.pop() for _ in range(-(-e // BLOCK))] for _, e in spans], BLOCK, 4, (8, 10000.0))
+    assert batch.lean_decode and not batch.one_token_each
+    n = batch.positions.shape[0]
+    assert torch.equal((batch.query_slots >= 0).sum(1), batch.positions + 1)  # each query sees keys 0..its position
+    cache = torch.randn(16, BLOCK, 8, generator=g)
+    cache[:, ::2] = cache[:, 1::2]
+    q, w = torch.randn(n, 4, 8, generator=g), torch.randn(n, 4, generator=g)
+    q[:, :2] = -q[:, :2].abs()
+    lens = torch.tensor([e for _, e in spans])
+    for topk in (3, 8, 40):
+        ref = indexer_topk_ref(q, w, cache, batch.block_table, batch.seq_ids, batch.positions, lens, 0.25, topk)
+        assert torch.equal(lean.decode_topk(q, w, cache, batch.query_slots, 0.25, topk), ref)
+
+
+def test_drafts_over_shared_blocks_read_each_key_once_per_query():
+    prompt_blocks, lens = [5, 2, 9, 14, 0, 20, 17, 31, 24, 28], [42, 43]
+    tables = [prompt_blocks + [own] for own in (3, 7)]
+    batch = PagedBatch.build([(n - 2, n) for n in lens], tables, BLOCK, 4, (8, 10000.0))
+    shared = batch.shared_keys
+    assert shared is not None and shared.columns.shape == (4, 43)
+    g = torch.Generator().manual_seed(6)
+    cache = torch.randn(32, BLOCK, 8, generator=g)
+    q, w = torch.randn(4, 4, 8, generator=g), torch.randn(4, 4, generator=g)
+    for topk in (3, 40):
+        ref = indexer_topk_ref(q, w, cache, batch.block_table, batch.seq_ids, batch.positions, torch.tensor(lens), 0.25, topk)
+        assert torch.equal(lean.decode_topk(q, w, cache, batch.query_slots, 0.25, topk, shared), ref)
+
+
+def test_longer_feeds_stay_on_the_references():
+    assert decode_batch([13]).lean_decode
+    four = PagedBatch.build([(9, 13)], [[0, 1, 2, 3]], BLOCK, 4, (8, 10000.0))
+    five = PagedBatch.build([(8, 13)], [[0, 1, 2, 3]], BLOCK, 4, (8, 10000.0))
+    assert four.lean_decode and not five.lean_decode
+
+
 def test_shared_keys_only_where_sequences_share_blocks():
     assert decode_batch([13, 5, 29]).shared_keys is None  # disjoint blocks: one gather per sequence is cheaper
     assert decode_batch([13]).shared_keys is None
@@ -129,6 +169,33 @@ def test_engine_decode_matches_the_reference_path(tiny, monkeypatch):
         ref_tokens, ref_logits = _run(tiny, prompt, 12)
     assert lean_tokens == ref_tokens and len(lean_tokens) == 12
     assert len(lean_logits) == len(ref_logits) == 12
+    for a, b in zip(lean_logits, ref_logits):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_engine_speculative_steps_match_the_reference_path(tiny, monkeypatch):
+    """With MTP drafts every decode step feeds two tokens (the last one and the draft): the lean
+    path gives the reference path's tokens and logits, and the MTP layer's drafts (run on the lean
+    path too) are accepted as often."""
+    prompt = torch.randint(3, tiny.config.vocab_size, (40,), generator=torch.Generator().manual_seed(7)).tolist()
+
+    def speculative() -> tuple[list[int], list[torch.Tensor], tuple[int, int]]:
+        engine = Engine(tiny, EngineConfig(max_cache_tokens=1024, use_mtp=True))
+        logits: list[torch.Tensor] = []
+        run = engine.runner.run
+        engine.runner.run = lambda feeds, recorder=None: (out := run(feeds, recorder), logits.extend(out.logits))[0]
+        seq = engine.add(GenerationRequest("r", tuple(prompt), SamplingParams(max_tokens=12, stop_token_ids=())))
+        engine.run_until_idle()
+        stats = engine.stats()
+        return seq.output_ids, logits, (stats.spec_drafted, stats.spec_accepted)
+
+    lean_tokens, lean_logits, drafts = speculative()
+    with monkeypatch.context() as m:
+        m.setattr(kernels, "runs_triton", lambda tensor: True)
+        ref_tokens, ref_logits, ref_drafts = speculative()
+    assert drafts[0] >= 5 and drafts == ref_drafts
+    assert lean_tokens == ref_tokens and len(lean_tokens) == 12
+    assert [len(x) for x in lean_logits] == [len(x) for x in ref_logits] and max(len(x) for x in lean_logits) == 2
     for a, b in zip(lean_logits, ref_logits):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
