@@ -11,8 +11,10 @@ Invariants:
   cache blocks are released at once.
 - A request with a decode budget (`SamplingParams.max_decode_ms`) decodes at most one step past
   it (`latency`); one with `min_confidence` stops where the model's confidence collapses.
-- With `use_mtp`, greedy output is identical to plain greedy decoding: drafts from the MTP
-  layer are only kept when the main model's own argmax agrees.
+- With `use_mtp`, greedy output is identical to plain greedy decoding, constrained or not:
+  drafts from the MTP layer are only kept when the main model's own pick agrees, and the token
+  after an accepted draft only where decoding on would have produced it (no stop string, stop
+  token, length limit or confidence cut at the draft).
 - The thread is supervised: an exception while scheduling or in one request's bookkeeping
   fails the requests it touched (reason ERROR, with the exception) and the loop goes on
   (`EngineStats.engine_restarts` counts it).
@@ -24,11 +26,12 @@ Invariants:
   the engine thread writes unsaved blocks to disk in small batches, and `shutdown` writes the rest.
 - Token picks, their log-probabilities and each request's final result go through
   `model_runtime.steering` (constraint monitors, n-best branches); a plain request picks exactly
-  as the sampler does, and constrained or n-best requests get no MTP drafts.
+  as the sampler does, and n-best requests get no MTP drafts.
 """
 
 from __future__ import annotations
 
+import copy
 import itertools
 import logging
 import queue
@@ -398,27 +401,40 @@ class Engine:
             if seq.num_computed >= len(seq.token_ids):  # the end of a prefill-only request
                 seq.finish_reason = FinishReason.LENGTH
             return []
-        picks = self._steer.pick(seq, logits)
-        if seq.draft is not None and len(feed.tokens) == 2:
+        picks = self._steer.pick(seq, logits)  # one row, or two where a draft was fed
+        drafted = seq.draft is not None and len(feed.tokens) == 2
+        accept = drafted and picks[0] == seq.draft
+        if drafted:
             self._counters["spec_drafted"] += 1
-            if picks[0] == seq.draft:
-                self._counters["spec_accepted"] += 1
-                new = [seq.draft, picks[1]]
-                seq.num_computed += 2
-            else:
-                new = [picks[0]]
-                seq.num_computed += 1
-                self.blocks.truncate(seq.block_table, seq.block_hashes, len(seq.token_ids) + 1)
-        else:
-            new = [picks[-1]]
-            seq.num_computed += len(feed.tokens)
-            if confidence_collapsed(seq.sampling, seq.text, logits[-1], new[0]):
-                seq.finish_reason, new = FinishReason.STOP, []
+            self._counters["spec_accepted"] += accept
+        new = picks[:2] if accept else picks[:1]
+        if confidence_collapsed(seq.sampling, seq.text, logits[0], new[0]):
+            seq.finish_reason, new, accept = FinishReason.STOP, [], False
+        elif accept and self._ends_at(seq, new[0], logits[1], new[1]):
+            new = new[:1]
+        seq.num_computed += (1 + accept) if drafted else len(feed.tokens)
+        if drafted and not accept:  # the draft's KV is not part of the sequence
+            self.blocks.truncate(seq.block_table, seq.block_hashes, len(seq.token_ids) + 1)
         seq.draft = None
         accepted = self._append(seq, new)
         self._seal(seq)
         self._steer.accepted(seq, logits, accepted)
         return accepted
+
+    def _ends_at(self, seq: Sequence, draft: int, row: torch.Tensor, token: int) -> bool:
+        """Whether decoding one token a step would have stopped at the accepted `draft`, before
+        `token` (picked from `row`): a stop string or a confidence cut. Stop tokens and the length
+        limit end it in `_append`. A confidence cut finishes `seq` here."""
+        state = self._texts.get(seq.request_id)
+        if state is None:
+            return False
+        probe = copy.copy(state)
+        if probe.update([*seq.output_ids, draft]):
+            return True
+        if confidence_collapsed(seq.sampling, probe.text, row, token):
+            seq.finish_reason = FinishReason.STOP
+            return True
+        return False
 
     def _append(self, seq: Sequence, new: list[int]) -> list[int]:
         taken = []

@@ -17,7 +17,9 @@ Invariants:
   greedy branches as a beam search (the result's text is the best beam, streamed once at the
   end), sampled ones independently (the parent streams as usual). The request's `on_done` runs
   once, after the parent and every child ended; an abort ends them all.
-- Constrained and n-best sequences get no MTP drafts: their tokens come from the monitor.
+- MTP drafts (greedy only) also serve constrained sequences: the monitor verifies a step's two
+  rows in order, the draft's row only once it picked the draft, so the tokens are those of
+  decoding one token a step. n-best sequences get no drafts.
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ class Steering:
         self.parent_of: dict[str, str] = {}
         self.branches: dict[str, list[int]] = {}
         self.proposed: dict[str, list[int]] = {}
+        self.verified: dict[str, Monitor] = {}  # a draft step's monitor after the draft, before its second pick
 
     # ---- request set-up -----------------------------------------------------------------------
     def text_state(self, request: GenerationRequest) -> TextState:
@@ -115,11 +118,13 @@ class Steering:
 
     # ---- decode steps -------------------------------------------------------------------------
     def may_draft(self, seq: Sequence) -> bool:
-        return seq.request_id not in self.monitors and seq.request_id not in self.groups and seq.request_id not in self.parent_of
+        return seq.request_id not in self.groups and seq.request_id not in self.parent_of
 
     def pick(self, seq: Sequence, logits: torch.Tensor) -> list[int]:
         """This step's token(s) for `seq` from its logits rows (one row unless an MTP draft was fed)."""
         monitor, group = self.monitors.get(seq.request_id), self.groups.get(self.parent_of.get(seq.request_id, seq.request_id))
+        if monitor is not None and seq.draft is not None and len(logits) == 2:
+            return self._verify(seq, monitor, logits)
         healing = monitor is not None and monitor.active and bool(monitor.state.heal)
         branching = group is not None and not group.spawned and not healing and seq is group.parent
         proposing = group is not None and group.beam and group.spawned
@@ -136,8 +141,26 @@ class Steering:
             self.proposed[seq.request_id] = picks
         return picks[:1]
 
+    def _verify(self, seq: Sequence, monitor: Monitor, logits: torch.Tensor) -> list[int]:
+        """A constrained draft step: the legal pick of the first row; where that is the draft, also
+        the pick of the second row by the monitor advanced over it, which becomes the sequence's
+        monitor (`accepted` does not advance it over the draft again, and goes back to its state
+        before the second pick where the engine does not take that token)."""
+        first = (monitor.choose(logits[0], 1, seq.sampling, seq.generator) or _free_picks(logits[0], 1, seq))[0]
+        if first != seq.draft:
+            return [first]
+        ahead = monitor.fork()
+        ahead.advance(first)
+        self.verified[seq.request_id] = ahead.fork()
+        second = (ahead.choose(logits[1], 1, seq.sampling, seq.generator) or _free_picks(logits[1], 1, seq))[0]
+        self.monitors[seq.request_id] = ahead
+        return [first, second]
+
     def accepted(self, seq: Sequence, logits: torch.Tensor, tokens: list[int]) -> None:
         """Record the log-probabilities and monitor state of tokens just appended; spawn branches."""
+        after_draft = self.verified.pop(seq.request_id, None)
+        if after_draft is not None and len(tokens) < 2:  # the pick after the draft was not taken
+            self.monitors[seq.request_id] = after_draft
         if not tokens:  # the step ended the sequence without a token (a confidence cut)
             self.branches.pop(seq.request_id, None)
             self.proposed.pop(seq.request_id, None)
@@ -149,7 +172,7 @@ class Steering:
         monitor = self.monitors.get(seq.request_id)
         base = monitor.fork() if monitor is not None else None
         if monitor is not None:
-            for token in tokens:
+            for token in tokens[1 if after_draft is not None else 0 :]:
                 monitor.advance(token)
         stem = seq.token_ids[: len(seq.token_ids) - len(tokens)]
         for index, token in enumerate(self.branches.pop(seq.request_id, ()), start=1):
@@ -206,6 +229,7 @@ class Steering:
         once per request (an n-best request: when its last sequence ended)."""
         rid = seq.request_id
         monitor = self.monitors.pop(rid, None)
+        self.verified.pop(rid, None)
         logprob = self.logprobs.pop(rid, 0.0)
         candidate = None if result.finish_reason is FinishReason.ERROR else Candidate(result.text, result.token_ids, logprob, result.finish_reason)
         parent_id = self.parent_of.pop(rid, rid)

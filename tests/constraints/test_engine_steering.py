@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from model_runtime.api import (
     ConstraintSpec, FinishReason, GenerationRequest, MemberScope, SamplingParams, ScoreRequest,
@@ -203,3 +204,66 @@ def test_a_beam_request_streams_only_its_final_best_text(tiny):
     engine.run_until_idle()
     assert len(events) == 1 and events[0].finished
     assert events[0].text == done[0].text == done[0].candidates[0].text
+
+
+def _oracle_drafts(engine: Engine, prompt_len: int, reference: tuple[int, ...], right: bool, vocab: int) -> None:
+    """Replace the engine's MTP layer: each draft is the reference's next token (or a wrong one)."""
+
+    def run_mtp(feeds, hidden):
+        drafts = []
+        for feed in feeds:
+            at = feed.start + len(feed.tokens) + 1 - prompt_len  # the output index the draft is for
+            token = reference[at] if 0 <= at < len(reference) else 0
+            drafts.append(torch.nn.functional.one_hot(torch.tensor(token if right else (token + 1) % vocab), vocab).float())
+        return drafts
+
+    engine.runner.run_mtp = run_mtp
+
+
+@pytest.mark.parametrize("right", [True, False])
+def test_constrained_requests_verify_drafts_and_keep_their_output(embedded, right):
+    """A constrained greedy request takes MTP drafts: the monitor checks them in order, so right
+    drafts halve the steps and wrong ones are rolled back, with the same tokens, text, score and
+    constraint report as decoding one token a step."""
+    import dataclasses
+
+    tok = embedded.tokenizer
+    spec = ConstraintSpec(single_line=True, member_scopes=(MemberScope("math", ("sqrt", "floor")),), defined_names=("math", "x"))
+    request = GenerationRequest("mem", tuple(fim_ids(tok, "import math\nx = 4\nvalue = math.")), SamplingParams(max_tokens=12), constraint=spec)
+    plain = run(Engine(embedded, CFG), request)
+    engine = Engine(embedded, dataclasses.replace(CFG, use_mtp=True))
+    _oracle_drafts(engine, len(request.prompt_ids), plain.token_ids, right, embedded.config.vocab_size)
+    spec_run = run(engine, request)
+    assert spec_run.token_ids == plain.token_ids and spec_run.text == plain.text and spec_run.text.startswith(("sqrt", "floor"))
+    assert spec_run.candidates[0].logprob == pytest.approx(plain.candidates[0].logprob, abs=1e-4)
+    a, b = spec_run.constraint, plain.constraint
+    assert (a.steps, a.masked_steps, a.released, a.fired) == (b.steps, b.masked_steps, b.released, b.fired)
+    stats = engine.stats()
+    assert stats.spec_drafted > 0 and stats.spec_accepted == (stats.spec_drafted if right else 0)
+    assert spec_run.decode_steps < plain.decode_steps if right else spec_run.decode_steps == plain.decode_steps
+    assert_all_blocks_free(engine)
+
+
+def test_an_accepted_draft_that_ends_the_output_takes_no_token_after_it(embedded):
+    """Right drafts everywhere; the output ends at each of several stop strings in turn, or where
+    confidence collapses after the first line: the tokens are plain decoding's, never one more."""
+    import dataclasses
+
+    tok = embedded.tokenizer
+    prompt = tuple(tok.encode(PREFIX.replace("    middle = ", "    total = 0\n    for p in points:\n")))
+    free = run(Engine(embedded, CFG), GenerationRequest("free", prompt, SamplingParams(max_tokens=16)))
+    pieces = [tok.decode(list(free.token_ids[: i + 1])) for i in range(len(free.token_ids))]
+    stops = {p[-2:] for p in pieces[2:8] if len(p) >= 2 and p[-2:].strip()}  # each ends a different token
+    samplings = [SamplingParams(max_tokens=16, stop_strings=(s,)) for s in sorted(stops)]
+    samplings.append(SamplingParams(max_tokens=16, min_confidence=0.9))
+    cut = 0
+    for sampling in samplings:
+        request = GenerationRequest("s", prompt, sampling)
+        plain = run(Engine(embedded, CFG), request)
+        engine = Engine(embedded, dataclasses.replace(CFG, use_mtp=True))
+        _oracle_drafts(engine, len(prompt), free.token_ids, True, embedded.config.vocab_size)
+        spec_run = run(engine, request)
+        assert spec_run.token_ids == plain.token_ids, sampling
+        assert (spec_run.text, spec_run.finish_reason) == (plain.text, plain.finish_reason)
+        cut += len(plain.token_ids) < len(free.token_ids)
+    assert cut >= 3  # the stops really ended outputs early
