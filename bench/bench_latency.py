@@ -209,7 +209,7 @@ async def typing_run(model: str, rec, settings: dict, log: Path) -> dict[str, li
             if streamed:
                 out["first"].append(streamed[0] - sent)
         stats = await _stats(client)
-        if start:
+        if start.get("compileDecode"):
             engine = stats["engine"]
             out["compiled"] = [engine["compiled_steps"], engine["compiled_fallbacks"], engine["compile_seconds"]]
         for record in stats["recent"]:
