@@ -166,7 +166,7 @@ TYPING_VARIANTS = (
     ("plain streamed pipeline", PLAIN),
     ("plain streamed pipeline with compileDecode", {**PLAIN, **COMPILED}),
     ("plain streamed pipeline with mtp", {**PLAIN, **SPECULATIVE}),
-    ("plain, no decode budget", {**PLAIN, "maxDecodeMs": 0}),
+    ("plain streamed pipeline without a decode budget", {**PLAIN, "maxDecodeMs": 0}),
 )
 INDUCTOR_CACHE = Path(tempfile.gettempdir()) / "glm5-bench-inductor"  # shared by runs: the cold compile once
 
@@ -269,7 +269,7 @@ async def main_async(args: argparse.Namespace) -> None:
     if "startup" in tables:
         await startup_table(args.models.split(","), Path(args.startup_file), logs, args.prompt_tokens, args.repeats)
     if "typing" in tables:
-        await typing_table(args.typing_model, Path(args.file), args.chars, logs, [v for v in args.variants.split(",") if v])
+        await typing_table(args.typing_model, Path(args.file), args.chars, logs, args.variants)
     print(f"\nload average at end: {os.getloadavg()}")
 
 
@@ -285,6 +285,10 @@ def main() -> None:
     parser.add_argument("--chars", type=int, default=300)
     parser.add_argument("--variants", default="", help="typing table: comma-separated labels of TYPING_VARIANTS (default: all)")
     args = parser.parse_args()
+    args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    known = [label for label, _ in TYPING_VARIANTS]
+    if unknown := [v for v in args.variants if v not in known]:
+        parser.error(f"--variants: unknown {unknown}; the labels are {known}")
     asyncio.run(main_async(args))
 
 
