@@ -426,8 +426,8 @@ class Engine:
         `token` (picked from `row`): a stop string or a confidence cut. Stop tokens and the length
         limit end it in `_append`. A confidence cut finishes `seq` here."""
         state = self._texts.get(seq.request_id)
-        if state is None:
-            return False
+        if state is None or not (state.stop_strings or seq.sampling.min_confidence):
+            return False  # nothing but a stop token or the length limit can end it
         probe = copy.copy(state)
         if probe.update([*seq.output_ids, draft]):
             return True

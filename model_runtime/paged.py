@@ -13,7 +13,7 @@ Invariants:
   causal attention and the indexer need not run.
 - A step in which every sequence feeds at most `LEAN_MAX_NEW` tokens (`lean_decode`, on the
   torch references: a decode step, or a speculative step verifying an MTP draft) runs `lean`'s
-  per-query forms of both ops over `query_slots`, computed once per step; when its sequences
+  per-query forms of both ops over `causal_slots`, computed once per step; when its sequences
   share most blocks (`shared_keys`), the indexer reads each shared key once.
 - Slots index the indexer-key cache; attention reads latents through `attendable`, which is the
   identity unless some blocks' latents are spilled to the host (`kvstore.residency`).
@@ -157,19 +157,10 @@ class PagedBatch:
         return most <= LEAN_MAX_NEW and not kernels.runs_triton(self.positions)
 
     @cached_property
-    def query_slots(self) -> torch.Tensor:
-        """[N, T_max] slots of the keys each query sees (its sequence's keys up to its own
-        position), -1 padded: `key_slots` itself when every sequence feeds one token."""
-        if self.one_token_each:
-            return self.key_slots
-        offsets = torch.arange(self.key_slots.shape[1], device=self.positions.device)
-        return self.key_slots[self.seq_ids].masked_fill(offsets[None, :] > self.positions[:, None], -1)
-
-    @cached_property
     def shared_keys(self) -> lean.SharedKeys | None:
         """For a lean decode step whose sequences share most of their blocks (one prompt's
         n-best): the distinct blocks, and each key's column among their slots, per query
-        (like `query_slots`; its -1 keys get column 0 and stay masked there). Scoring every query
+        (like `causal_slots`; its -1 keys get column 0 and stay masked there). Scoring every query
         against the distinct keys gathers a shared key once instead of once per sequence. None
         where that costs more: one sequence, or sequences with blocks of their own."""
         table, bs = self.block_table, self.block_size
@@ -188,7 +179,10 @@ class PagedBatch:
 
     @cached_property
     def causal_slots(self) -> torch.Tensor:
-        """[N, K] slots of every key each query may see (keys 0..pos), -1 padded."""
+        """[N, K] slots of every key each query may see (keys 0..pos), -1 padded: `key_slots`
+        itself when every sequence feeds one token (its query sees all its keys)."""
+        if self.one_token_each:
+            return self.key_slots
         width = int(self.positions.max()) + 1
         offsets = torch.arange(width, device=self.positions.device)
         slots = self.key_slots[self.seq_ids][:, :width]
@@ -232,6 +226,6 @@ def indexer_topk(
     if batch.lean_decode:
         if torch.compiler.is_compiling():  # a one-token step (`CompiledDecode.covers`); shared keys have data-dependent sizes
             return lean.decode_topk(q, w, index_cache, batch.key_slots, scale, topk)
-        return lean.decode_topk(q, w, index_cache, batch.query_slots, scale, topk, batch.shared_keys)
+        return lean.decode_topk(q, w, index_cache, batch.causal_slots, scale, topk, batch.shared_keys)
     lens = torch.tensor(batch.context_len_list, device=q.device)
     return kernels.indexer_topk(q, w, index_cache, batch.block_table, batch.seq_ids, batch.positions, lens, scale, topk)

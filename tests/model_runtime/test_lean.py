@@ -75,7 +75,7 @@ def test_a_few_tokens_per_sequence_take_the_lean_path_with_causal_key_slots():
     batch = PagedBatch.build(spans, [[free.pop() for _ in range(-(-e // BLOCK))] for _, e in spans], BLOCK, 4, (8, 10000.0))
     assert batch.lean_decode and not batch.one_token_each
     n = batch.positions.shape[0]
-    assert torch.equal((batch.query_slots >= 0).sum(1), batch.positions + 1)  # each query sees keys 0..its position
+    assert torch.equal((batch.causal_slots >= 0).sum(1), batch.positions + 1)  # each query sees keys 0..its position
     cache = torch.randn(16, BLOCK, 8, generator=g)
     cache[:, ::2] = cache[:, 1::2]
     q, w = torch.randn(n, 4, 8, generator=g), torch.randn(n, 4, generator=g)
@@ -83,7 +83,7 @@ def test_a_few_tokens_per_sequence_take_the_lean_path_with_causal_key_slots():
     lens = torch.tensor([e for _, e in spans])
     for topk in (3, 8, 40):
         ref = indexer_topk_ref(q, w, cache, batch.block_table, batch.seq_ids, batch.positions, lens, 0.25, topk)
-        assert torch.equal(lean.decode_topk(q, w, cache, batch.query_slots, 0.25, topk), ref)
+        assert torch.equal(lean.decode_topk(q, w, cache, batch.causal_slots, 0.25, topk), ref)
 
 
 def test_drafts_over_shared_blocks_read_each_key_once_per_query():
@@ -97,7 +97,7 @@ def test_drafts_over_shared_blocks_read_each_key_once_per_query():
     q, w = torch.randn(4, 4, 8, generator=g), torch.randn(4, 4, generator=g)
     for topk in (3, 40):
         ref = indexer_topk_ref(q, w, cache, batch.block_table, batch.seq_ids, batch.positions, torch.tensor(lens), 0.25, topk)
-        assert torch.equal(lean.decode_topk(q, w, cache, batch.query_slots, 0.25, topk, shared), ref)
+        assert torch.equal(lean.decode_topk(q, w, cache, batch.causal_slots, 0.25, topk, shared), ref)
 
 
 def test_longer_feeds_stay_on_the_references():
