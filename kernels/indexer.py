@@ -215,7 +215,7 @@ def best_columns(scores: torch.Tensor, topk: int) -> tuple[torch.Tensor, torch.T
     k = min(topk, scores.shape[1])
     values, columns = scores.topk(k, dim=1, sorted=False)
     kth = values.amin(1, keepdim=True)
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_dynamo_compiling():
         return _chosen_by_mask(scores, kth, k)
     clear = ((kth > float("-inf")) & ((scores >= kth).sum(1, keepdim=True) == k)).squeeze(1)
     columns = columns.sort(1).values

@@ -23,6 +23,10 @@ Invariants:
   blocks differ in size from the first one's (the graphs are specialised to it; such steps
   count as fallbacks), and, where `index_topk` is below the block size, sparse steps whose
   sequences all fit in one block (dynamo specialises size-1 dimensions).
+- The model's branches for traced graphs test `torch.compiler.is_dynamo_compiling()` (true only
+  inside dynamo's trace), never `is_compiling()`: torch holds that one true in every thread for
+  the whole compile session, so eager steps running beside the background compile took the
+  traced graphs' branches (a step of two tokens or more per sequence then failed).
 - Same maths as the eager step, rounded differently (fused and vectorised loops, the experts
   summed in routing order): logits agree to ~1e-5, not bit for bit. Tests compare the two.
 - The routed experts must be stacked (`Experts.stack`): each expert's fused gate/up weight

@@ -42,7 +42,7 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """x [S, H, R] interleaved pairs rotated by cos/sin [S, R/2] (fp32), in x's dtype: the
     complex product of `kernels.rope_interleaved_ref` (under `torch.compile`, whose code
     generation has no complex numbers, the same product in real arithmetic)."""
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_dynamo_compiling():
         a, b = x.float()[..., 0::2], x.float()[..., 1::2]
         c, s = cos[:, None, :], sin[:, None, :]
         return torch.stack((a * c - b * s, b * c + a * s), dim=-1).flatten(2).to(x.dtype)
@@ -70,11 +70,11 @@ def decode_topk(
     """
     dim = index_cache.shape[-1]
     if shared is None:
-        keys = index_cache.view(-1, dim)[key_slots.clamp(min=0)].float()  # [B, T, Di]
+        keys = gather_rows(index_cache.view(-1, dim), key_slots.clamp(min=0)).float()  # [B, T, Di]
         logits = torch.matmul(q.float(), keys.transpose(1, 2)).mul_(scale).relu_()  # [B, Hi, T]
         scores = torch.matmul(w.float()[:, None, :], logits).squeeze(1)  # [B, T]
     else:
-        keys = index_cache[shared.blocks].view(-1, dim).float()  # [U * block, Di]
+        keys = gather_rows(index_cache, shared.blocks).view(-1, dim).float()  # [U * block, Di]
         logits = torch.matmul(q.float(), keys.T).mul_(scale).relu_()  # [B, Hi, U * block]
         scores = torch.matmul(w.float()[:, None, :], logits).squeeze(1).gather(1, shared.columns)
     scores.masked_fill_(key_slots < 0, float("-inf"))

@@ -389,7 +389,7 @@ class Gate(nn.Module):
         if self.norm:
             weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)
         weights = weights * self.route_scale
-        if not torch.compiler.is_compiling() and self.observers:
+        if not torch.compiler.is_dynamo_compiling() and self.observers:
             for observe in self.observers:
                 observe(weights, indices)
         return weights, indices
@@ -415,7 +415,7 @@ class Experts(nn.ModuleList):
 
     def forward(self, x: torch.Tensor, weights: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
         """x [N,D], weights/indices [N,k] -> Σ_j weights[:, j] · Expert_{indices[:, j]}(x)."""
-        if self.stacked is not None and torch.compiler.is_compiling():
+        if self.stacked is not None and torch.compiler.is_dynamo_compiling():
             return self._gathered(x, weights, indices)
         y = torch.zeros_like(x)
         if x.shape[0] == 1:  # decode fast path: no bincount/where, same accumulation order

@@ -224,7 +224,7 @@ def indexer_topk(
 ) -> torch.Tensor:
     """Physical slots [N, topk] of each query's top-k causal keys by indexer score (-1 padded)."""
     if batch.lean_decode:
-        if torch.compiler.is_compiling():  # a one-token step (`CompiledDecode.covers`); shared keys have data-dependent sizes
+        if torch.compiler.is_dynamo_compiling():  # a one-token step (`CompiledDecode.covers`); shared keys have data-dependent sizes
             return lean.decode_topk(q, w, index_cache, batch.key_slots, scale, topk)
         return lean.decode_topk(q, w, index_cache, batch.causal_slots, scale, topk, batch.shared_keys)
     lens = torch.tensor(batch.context_len_list, device=q.device)

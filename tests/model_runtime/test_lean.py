@@ -200,6 +200,33 @@ def test_engine_speculative_steps_match_the_reference_path(tiny, monkeypatch):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
+
+def test_eager_steps_ignore_a_compile_running_in_another_thread(tiny):
+    """While any thread compiles, torch holds a process-wide flag that makes
+    `torch.compiler.is_compiling()` true in every thread (dynamo's compile session). The eager
+    engine thread must not take the branches meant for traced graphs: with the flag held, a
+    request with MTP drafts (two-token lean steps) gives the same tokens and logits as without.
+    Before, its steps read each sequence's keys instead of each query's and failed."""
+    prompt = torch.randint(3, tiny.config.vocab_size, (40,), generator=torch.Generator().manual_seed(7)).tolist()
+
+    def speculative() -> tuple[list[int], list[torch.Tensor]]:
+        engine = Engine(tiny, EngineConfig(max_cache_tokens=1024, use_mtp=True))
+        logits: list[torch.Tensor] = []
+        run = engine.runner.run
+        engine.runner.run = lambda feeds, recorder=None: (out := run(feeds, recorder), logits.extend(out.logits))[0]
+        seq = engine.add(GenerationRequest("r", tuple(prompt), SamplingParams(max_tokens=12, stop_token_ids=())))
+        engine.run_until_idle()
+        assert seq.error is None, seq.error
+        return seq.output_ids, logits
+
+    alone = speculative()
+    with torch.compiler._compile_session_context():  # what a compile in another thread holds
+        assert torch.compiler.is_compiling()
+        beside = speculative()
+    assert beside[0] == alone[0] and len(alone[0]) == 12 and max(len(x) for x in alone[1]) == 2
+    for a, b in zip(beside[1], alone[1], strict=True):
+        assert torch.equal(a, b)
+
 MID_SHAPE = AttentionCost(heads=8, kv_rank=128, nope=64, rope=32, v=64, element_size=4)  # bench_runtime's mid model
 
 
