@@ -9,7 +9,9 @@ other step runs eager. One per loaded model (`LoadedModel.compiled_decode`), sha
 its engines.
 
 Invariants:
-- Compiling never runs on a request's path. The background thread compiles against a private
+- Compiling never runs on a request's path, nor beside one as far as Python goes: the
+  background thread's Python pauses while an engine serves a user's request (`give_way`).
+  The background thread compiles against a private
   scratch cache (steps of one and of two sequences over a context longer than `index_topk`,
   which are the two graphs dynamic shapes need), and the runner uses the result only once both
   exist. Calls run under the stance "fail_on_recompile": a step the graphs do not match raises
@@ -68,6 +70,7 @@ from pathlib import Path
 import torch
 
 from model_runtime.cache import KVCache
+from model_runtime.give_way import GiveWay
 from model_runtime.model import MoE, Transformer
 from model_runtime.paged import PagedBatch
 
@@ -102,6 +105,7 @@ class CompiledDecode:
         self._missed = False  # a step has run eager for want of a matching graph (logged once)
         self.status = CompileStatus("compiling")
         self._thread: threading.Thread | None = None
+        self.give_way = GiveWay()  # engines add themselves: the compile's Python pauses while they serve a user
         reason = self._unavailable()
         if reason:
             self.status = CompileStatus("unavailable", error=reason)
@@ -130,10 +134,11 @@ class CompiledDecode:
     def _compile(self) -> None:
         start = time.perf_counter()
         try:
-            for block in self.model.layers:
-                if isinstance(block.mlp, MoE):
-                    block.mlp.experts.stack()
-            fn, wrapper = self._compiled_graphs()
+            with self.give_way.installed():
+                for block in self.model.layers:
+                    if isinstance(block.mlp, MoE):
+                        block.mlp.experts.stack()
+                fn, wrapper = self._compiled_graphs()
         except Exception as exc:  # noqa: BLE001 - any compiler failure leaves decoding eager
             log.warning("compiled decoding failed; decode steps stay eager: %s", exc)
             self.status = CompileStatus("failed", time.perf_counter() - start, error=_described(exc))

@@ -37,6 +37,7 @@ import logging
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
@@ -88,6 +89,8 @@ class Engine:
         self.runner = ModelRunner(loaded.model, self.cache, self.config, loaded.device)
         if self.config.compile_decode:
             self.runner.compiled = loaded.compiled_decode(self.config.block_size, self.config.compile_cache_dir or None)
+            alive = weakref.ref(self)  # the compile (one per model) must not keep this engine alive
+            self.runner.compiled.give_way.add(lambda: (engine := alive()) is not None and engine.serving_users())
         self.eos_ids = frozenset(cfg.eos_token_id) | frozenset(loaded.tokenizer.special.eos_ids if loaded.tokenizer else ())
         self._commands: queue.Queue[tuple[str, object]] = queue.Queue()
         self._thread: threading.Thread | None = None
@@ -125,6 +128,11 @@ class Engine:
                 return False
             self._commands.put(command)
             return True
+
+    def serving_users(self) -> bool:
+        """Whether a user's request (priority >= 0) is queued or running; any thread may ask (it
+        reads a snapshot of the scheduler's queues)."""
+        return any(s.request.priority >= 0 for s in (*self.scheduler.waiting, *self.scheduler.running))
 
     def stats(self) -> EngineStats:
         compiled = self.runner.compiled

@@ -65,7 +65,7 @@ def run_warmup(
     forwards = tokens = 0
     try:
         for i, ids in enumerate(prompts):
-            while (hold is not None and hold()) or engine.call(lambda: _user_waiting(engine)):
+            while (hold is not None and hold()) or engine.call(engine.serving_users):
                 time.sleep(PAUSE_S)
             request = GenerationRequest(f"warmup-{i}", tuple(ids), SamplingParams(max_tokens=4), priority=-1)
             result = engine.run(request)
@@ -78,7 +78,3 @@ def run_warmup(
     total = sum(g.weight.shape[0] for g in gates)
     return WarmupReport(forwards, tokens, len(hit), total, time.perf_counter() - start)
 
-
-def _user_waiting(engine: Engine) -> bool:
-    """On the engine thread: whether a user's request is queued or running."""
-    return any(s.request.priority >= 0 for s in (*engine.scheduler.waiting, *engine.scheduler.running))
