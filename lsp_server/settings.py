@@ -26,9 +26,10 @@ Role: one frozen `ServerSettings` value; every change makes a new one. The keys 
     threads               intra-op CPU threads of the in-process runtime (start-up only); 0 = auto:
                           one per core but one, at least 1 (a busy core makes every op wait)
     compileDecode         compile the runtime's decode steps with torch.compile (CPU, start-up only):
-                          less than half the time per decode step once compiled, which takes the
-                          cores for 3-5 minutes in the background after the model loads the first
-                          time, about a minute once cached on disk; steps run eager until then
+                          less than half the time per decode step once compiled, which takes a
+                          core for 3-5 minutes in the background after the model loads the first
+                          time, under a minute once cached on disk; steps run eager until then,
+                          and the compile pauses while requests are served
     constraints           steer decoding with the IDE state: members, defined names, brackets,
                           single line, token healing (`context.constraints`)
     numCandidates         the model's n-best per completion (1 = greedy only)
