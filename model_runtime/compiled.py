@@ -10,11 +10,10 @@ its engines.
 
 Invariants:
 - Compiling never runs on a request's path, nor beside one as far as Python goes: the
-  background thread's Python pauses while an engine serves a user's request (`give_way`).
-  The background thread compiles against a private
-  scratch cache (steps of one and of two sequences over a context longer than `index_topk`,
-  which are the two graphs dynamic shapes need), and the runner uses the result only once both
-  exist. Calls run under the stance "fail_on_recompile": a step the graphs do not match raises
+  background thread's Python pauses while an engine serves a user's request (`give_way`). It
+  compiles against a private scratch cache (steps of one and of two sequences over a context
+  longer than `index_topk`, which are the two graphs dynamic shapes need), and the runner uses
+  the result only once both exist. Calls run under the stance "fail_on_recompile": a step the graphs do not match raises
   instead of compiling, and that step runs eager (the engine counts it in
   `compiled_fallbacks`).
 - Covered steps: every sequence feeds one token (`PagedBatch.one_token_each`) on the lean

@@ -173,26 +173,28 @@ def test_engine_decode_matches_the_reference_path(tiny, monkeypatch):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
+def _speculative(loaded, prompt: list[int]) -> tuple[list[int], list[torch.Tensor], tuple[int, int]]:
+    """Greedy tokens, every step's logits and (drafted, accepted) of one request with MTP drafts."""
+    engine = Engine(loaded, EngineConfig(max_cache_tokens=1024, use_mtp=True))
+    logits: list[torch.Tensor] = []
+    run = engine.runner.run
+    engine.runner.run = lambda feeds, recorder=None: (out := run(feeds, recorder), logits.extend(out.logits))[0]
+    seq = engine.add(GenerationRequest("r", tuple(prompt), SamplingParams(max_tokens=12, stop_token_ids=())))
+    engine.run_until_idle()
+    assert seq.error is None, seq.error
+    stats = engine.stats()
+    return seq.output_ids, logits, (stats.spec_drafted, stats.spec_accepted)
+
+
 def test_engine_speculative_steps_match_the_reference_path(tiny, monkeypatch):
     """With MTP drafts every decode step feeds two tokens (the last one and the draft): the lean
     path gives the reference path's tokens and logits, and the MTP layer's drafts (run on the lean
     path too) are accepted as often."""
     prompt = torch.randint(3, tiny.config.vocab_size, (40,), generator=torch.Generator().manual_seed(7)).tolist()
-
-    def speculative() -> tuple[list[int], list[torch.Tensor], tuple[int, int]]:
-        engine = Engine(tiny, EngineConfig(max_cache_tokens=1024, use_mtp=True))
-        logits: list[torch.Tensor] = []
-        run = engine.runner.run
-        engine.runner.run = lambda feeds, recorder=None: (out := run(feeds, recorder), logits.extend(out.logits))[0]
-        seq = engine.add(GenerationRequest("r", tuple(prompt), SamplingParams(max_tokens=12, stop_token_ids=())))
-        engine.run_until_idle()
-        stats = engine.stats()
-        return seq.output_ids, logits, (stats.spec_drafted, stats.spec_accepted)
-
-    lean_tokens, lean_logits, drafts = speculative()
+    lean_tokens, lean_logits, drafts = _speculative(tiny, prompt)
     with monkeypatch.context() as m:
         m.setattr(kernels, "runs_triton", lambda tensor: True)
-        ref_tokens, ref_logits, ref_drafts = speculative()
+        ref_tokens, ref_logits, ref_drafts = _speculative(tiny, prompt)
     assert drafts[0] >= 5 and drafts == ref_drafts
     assert lean_tokens == ref_tokens and len(lean_tokens) == 12
     assert [len(x) for x in lean_logits] == [len(x) for x in ref_logits] and max(len(x) for x in lean_logits) == 2
@@ -200,32 +202,22 @@ def test_engine_speculative_steps_match_the_reference_path(tiny, monkeypatch):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
-
 def test_eager_steps_ignore_a_compile_running_in_another_thread(tiny):
     """While any thread compiles, torch holds a process-wide flag that makes
     `torch.compiler.is_compiling()` true in every thread (dynamo's compile session). The eager
     engine thread must not take the branches meant for traced graphs: with the flag held, a
-    request with MTP drafts (two-token lean steps) gives the same tokens and logits as without.
-    Before, its steps read each sequence's keys instead of each query's and failed."""
+    request with MTP drafts (two-token lean steps) gives the same tokens, logits and drafts as
+    without. Before, its steps read each sequence's keys instead of each query's and failed."""
     prompt = torch.randint(3, tiny.config.vocab_size, (40,), generator=torch.Generator().manual_seed(7)).tolist()
-
-    def speculative() -> tuple[list[int], list[torch.Tensor]]:
-        engine = Engine(tiny, EngineConfig(max_cache_tokens=1024, use_mtp=True))
-        logits: list[torch.Tensor] = []
-        run = engine.runner.run
-        engine.runner.run = lambda feeds, recorder=None: (out := run(feeds, recorder), logits.extend(out.logits))[0]
-        seq = engine.add(GenerationRequest("r", tuple(prompt), SamplingParams(max_tokens=12, stop_token_ids=())))
-        engine.run_until_idle()
-        assert seq.error is None, seq.error
-        return seq.output_ids, logits
-
-    alone = speculative()
+    alone = _speculative(tiny, prompt)
     with torch.compiler._compile_session_context():  # what a compile in another thread holds
         assert torch.compiler.is_compiling()
-        beside = speculative()
+        beside = _speculative(tiny, prompt)
     assert beside[0] == alone[0] and len(alone[0]) == 12 and max(len(x) for x in alone[1]) == 2
+    assert beside[2] == alone[2]
     for a, b in zip(beside[1], alone[1], strict=True):
         assert torch.equal(a, b)
+
 
 MID_SHAPE = AttentionCost(heads=8, kv_rank=128, nope=64, rope=32, v=64, element_size=4)  # bench_runtime's mid model
 
