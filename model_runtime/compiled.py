@@ -13,9 +13,9 @@ Invariants:
   background thread's Python pauses while an engine serves a user's request (`give_way`). It
   compiles against a private scratch cache (steps of one and of two sequences over a context
   longer than `index_topk`, which are the two graphs dynamic shapes need), and the runner uses
-  the result only once both exist. Calls run under the stance "fail_on_recompile": a step the graphs do not match raises
-  instead of compiling, and that step runs eager (the engine counts it in
-  `compiled_fallbacks`).
+  the result only once both exist. Calls run under the stance "fail_on_recompile": a step the
+  graphs do not match raises instead of compiling, and that step runs eager (the engine counts
+  it in `compiled_fallbacks`).
 - Covered steps: every sequence feeds one token (`PagedBatch.one_token_each`) on the lean
   path, the context is sparse (longer than `index_topk`), no latents are spilled to the host, nothing records
   attention or observes the routers (`Gate.observe`, the warm-up's expert count: observers
@@ -144,7 +144,8 @@ class CompiledDecode:
             return
         self._fn = fn
         self.status = CompileStatus("ready", time.perf_counter() - start, wrapper=wrapper)
-        log.info("compiled decoding ready in %.1f s (%s wrapper)", self.status.seconds, wrapper)
+        log.info("compiled decoding ready in %.1f s (%s wrapper; paused %.1f s for users' requests)",
+                 self.status.seconds, wrapper, self.give_way.paused_s)
 
     def _compiled_graphs(self) -> tuple[Callable[..., torch.Tensor], str]:
         """Both warm-up graphs, with inductor's C++ wrapper where it builds, else its Python one."""
