@@ -57,7 +57,7 @@ def main() -> int:
             code = fuzzer.finish()
         seconds = time.perf_counter() - start
         report = fuzzer.report
-        print(f"| cases | seed | crashes | hangs | probes (failed) | exit code | seconds | messages/s |")
+        print("| cases | seed | crashes | hangs | probes (failed) | exit code | seconds | messages/s |")
         print("|---|---|---|---|---|---|---|---|")
         print(f"| {report.messages} | {args.seed} | {report.crashes} | {len(report.hangs)} | {report.probes} ({len(report.probe_failures)}) "
               f"| {code} | {seconds:.0f} | {report.messages / seconds:.0f} |")

@@ -17,8 +17,13 @@ request (ms; baselines: none). An abstention counts as a miss in every accuracy 
 "all" row is asked through `textDocument/inlineCompletion` (timed, as every row: the user's path,
 which skips the model where no candidate can be shown) and then through `glm5.explainContext`
 (untimed: the full pipeline, every candidate scored), which gives two more rows: "all, full
-pipeline (explain)", which should show exactly what "all" shows, and "all, no abstaining": the
-best-scored candidate, shown always.
+pipeline (explain)", which should show exactly what "all" shows, "all, no abstaining": the
+best-scored candidate, shown always, and "ceiling: a right one among all's candidates": the right
+text wherever some candidate is right (what a perfect reranker would reach).
+One more row bounds retrieval itself: "ceiling: the line elsewhere in the workspace" is right
+wherever the hole's line appears verbatim (indentation aside) on another line of a Python file
+of the workspace, the hole's own file included: no candidate that copies a line can do better.
+Ceiling rows are upper bounds, not completers; they show nothing where they miss.
 `--rerank-weights FILE` adds the "all" row once more with those reranker weights (the server's
 `rerankWeights` setting), side by side with the shipped ones; `--unskipped` adds it with
 `skipUnreachable` off.
@@ -73,7 +78,13 @@ def no_abstaining(row: str) -> str:
     return f"{row}, no abstaining"
 
 
+def candidates_ceiling(row: str) -> str:
+    """The row derived from an "all" row's explainContext: a right candidate, wherever one exists."""
+    return f"ceiling: a right one among {row}'s candidates"
+
+
 BASELINE_ROWS = ("baseline: previous line", "baseline: line after most similar", "baseline: most similar context")
+WORKSPACE_CEILING = "ceiling: the line elsewhere in the workspace"
 _IDENT = re.compile(r"[A-Za-z_]\w*")
 
 
@@ -107,7 +118,23 @@ def baseline_answers(item: Item, indexes: dict[Path, WorkspaceIndex]) -> dict[st
         BASELINE_ROWS[0]: previous_line(site) or "",
         BASELINE_ROWS[1]: similar[0].text if similar else "",
         BASELINE_ROWS[2]: after_typed(baselines.similar_line(hole.prefix, hole.suffix, hole.path), item.typed),
+        WORKSPACE_CEILING: item.expected if item.target.strip() in workspace_lines(item, index) else "",
     }
+
+
+def workspace_lines(item: Item, index: WorkspaceIndex) -> set[str]:
+    """Every line of the workspace's Python files, stripped, the hole's file as the server sees it
+    (its line blanked)."""
+    lines = set(item.text.split("\n"))
+    for path in index.files():
+        if path.endswith(".py") and Path(path).resolve() != item.path.resolve():
+            lines.update(Path(path).read_text(encoding="utf-8", errors="replace").split("\n"))
+    return {line.strip() for line in lines}
+
+
+def right(item: Item, text: str) -> bool:
+    """`text`, inserted at the item's cursor, completes its line exactly (trailing whitespace aside)."""
+    return (item.typed + text.split("\n", 1)[0]).rstrip() == item.target.rstrip() and bool(text.strip())
 
 
 def after_typed(line: str, typed: str) -> str:
@@ -129,7 +156,7 @@ def summarise(items: list[Item], answers: dict[str, list[str]], latency: dict[st
     table = {}
     for row, texts in answers.items():
         texts = [t.split("\n", 1)[0] for t in texts]
-        exact = [(i.typed + t).rstrip() == i.target.rstrip() and bool(t.strip()) for t, i in zip(texts, items)]
+        exact = [right(i, t) for t, i in zip(texts, items)]
         shown = [bool(t.strip()) for t in texts]
         metrics: dict[str, float | None] = {
             "exact": _mean(exact),
@@ -186,9 +213,10 @@ async def run_rows(items: list[Item], model: str, rows: dict[str, dict[str, obje
                 for server in servers:
                     text, seconds = await server.complete(item)
                     if server.name.startswith("all") and rows[server.name].get("skipUnreachable", True):
-                        full, best = await _explained(server, item)
+                        full, best, texts = await _explained(server, item)
                         answers.setdefault(no_abstaining(server.name), []).append(best)
                         answers.setdefault(full_pipeline(server.name), []).append(full)
+                        answers.setdefault(candidates_ceiling(server.name), []).append(next((t for t in texts if right(item, t)), ""))
                     answers[server.name].append(text)
                     latency[server.name].append(seconds)
             finally:
@@ -202,14 +230,15 @@ async def run_rows(items: list[Item], model: str, rows: dict[str, dict[str, obje
             await server.stop()
 
 
-async def _explained(server: RowServer, item: Item) -> tuple[str, str]:
-    """(shown text, best-scored candidate) of the "all" row's full pipeline, through
-    glm5.explainContext (untimed), which scores every candidate even where inlineCompletion skips
-    the model."""
+async def _explained(server: RowServer, item: Item) -> tuple[str, str, list[str]]:
+    """(shown text, best-scored candidate, every candidate's text) of the "all" row's full
+    pipeline, through glm5.explainContext (untimed), which scores every candidate even where
+    inlineCompletion skips the model."""
     explained = await server.explain(item)
-    scored = [c for c in explained.get("candidates", []) if c.get("score") is not None]
+    candidates = explained.get("candidates", [])
+    scored = [c for c in candidates if c.get("score") is not None]
     best = max(scored, key=lambda c: c["score"])["text"] if scored else explained.get("completion", "")
-    return explained.get("completion", ""), best
+    return explained.get("completion", ""), best, [c.get("text", "") for c in candidates]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -261,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"unknown set {set_name!r}")
         indexes: dict[Path, WorkspaceIndex] = {}
         base = [baseline_answers(i, indexes) for i in items]
-        answers = {row: [b[row] for b in base] for row in BASELINE_ROWS}
+        answers = {row: [b[row] for b in base] for row in (*BASELINE_ROWS, WORKSPACE_CEILING)}
         neural, latency = asyncio.run(run_rows(items, model, rows, work, lambda m: print(f"  {set_name}: {m}", flush=True)))
         answers.update(neural)
         table = summarise(items, answers, latency, problems, args.jobs)

@@ -145,7 +145,7 @@ def whole_requests(name: str, cfg: ModelConfig, prompt: int, new: int, repeats: 
                 tokens[label] = run()
                 best[label] = min(best[label], time.perf_counter() - start)
     ref = tokens["transformers"]
-    print(f"| model | request | implementation | whole request s | vs transformers | greedy tokens equal to transformers' |")
+    print("| model | request | implementation | whole request s | vs transformers | greedy tokens equal to transformers' |")
     print("|---|---|---|---|---|---|")
     for label, seconds in best.items():
         same = next((i for i, (a, b) in enumerate(zip(tokens[label], ref)) if a != b), len(ref))

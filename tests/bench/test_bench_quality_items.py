@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.bench_quality import after_typed, summarise
+from bench.bench_quality import WORKSPACE_CEILING, after_typed, baseline_answers, summarise
 from bench.quality_sets import Item, _blanked, _typed_column
 
 
@@ -54,3 +54,23 @@ def test_a_baseline_line_is_placed_after_the_typed_part() -> None:
     assert after_typed("    y = foo(a)", "    x = ") == ""
     assert after_typed("    y = foo(a)", "") == "    y = foo(a)"
     assert after_typed("    y = foo(a)", "    ") == "y = foo(a)"
+
+
+def _hole(root: Path, name: str, lines: list[str], line: int, column: int = 0) -> Item:
+    path = root / name
+    item = _blanked("repo", root, path, lines, line, column)
+    path.write_text(item.text, encoding="utf-8")
+    return item
+
+
+def test_the_workspace_ceiling_finds_the_line_only_where_another_line_has_it(tmp_path: Path) -> None:
+    """Right where the blanked line is on another line of a workspace file (indentation aside),
+    nothing where the only copy was the blanked line itself."""
+    (tmp_path / "other.py").write_text("def g(p):\n        return scale(p, 2)\n", encoding="utf-8")
+    copied = _hole(tmp_path, "m.py", ["def f(p):", "    return scale(p, 2)", ""], 1)
+    alone = _hole(tmp_path, "n.py", ["def h(q):", "    return shift(q, 3)", ""], 1)
+    typed = _hole(tmp_path, "t.py", ["def k(p):", "    return scale(p, 2)", ""], 1, 11)
+    indexes: dict = {}
+    assert baseline_answers(copied, indexes)[WORKSPACE_CEILING] == "    return scale(p, 2)"
+    assert baseline_answers(alone, indexes)[WORKSPACE_CEILING] == ""
+    assert baseline_answers(typed, indexes)[WORKSPACE_CEILING] == "scale(p, 2)"
