@@ -57,15 +57,15 @@ def test_a_baseline_line_is_placed_after_the_typed_part() -> None:
 
 
 def _hole(root: Path, name: str, lines: list[str], line: int, column: int = 0) -> Item:
+    """A hole whose file on disk still holds the line, as the benchmark's baselines find it."""
     path = root / name
-    item = _blanked("repo", root, path, lines, line, column)
-    path.write_text(item.text, encoding="utf-8")
-    return item
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return _blanked("repo", root, path, lines, line, column)
 
 
 def test_the_workspace_ceiling_finds_the_line_only_where_another_line_has_it(tmp_path: Path) -> None:
     """Right where the blanked line is on another line of a workspace file (indentation aside),
-    nothing where the only copy was the blanked line itself."""
+    nothing where the only copy is the blanked line itself (still in its file on disk)."""
     (tmp_path / "other.py").write_text("def g(p):\n        return scale(p, 2)\n", encoding="utf-8")
     copied = _hole(tmp_path, "m.py", ["def f(p):", "    return scale(p, 2)", ""], 1)
     alone = _hole(tmp_path, "n.py", ["def h(q):", "    return shift(q, 3)", ""], 1)
