@@ -2,7 +2,8 @@
 the editor, and the pauses while typing.
 
 1. startup: the editor opens a long file with the cursor at its end and asks for a completion
-   right after `initialized`; timed from `initialized` to the answer's arrival (also from the
+   right after `initialized` (by default engine.py in `model_runtime/` as of a pinned commit,
+   `--startup-rev`, so that edits of the working tree do not change the workload); timed from `initialized` to the answer's arrival (also from the
    server's spawn, which adds the interpreter, pygls and the handshake). A cold start (empty KV cache
    directory) against a restart with the cache the cold run persisted, per model: the embedded
    model and a mid-size random GLM-5 checkpoint (`bench_runtime`'s "mid", with the embedded model's
@@ -23,7 +24,7 @@ the editor, and the pauses while typing.
 What it leaves out: the client's own debounce and rendering; the machine's other load (printed).
 
 Usage: python bench/bench_latency.py [--tables startup,typing] [--models embedded,mid]
-                                     [--file PATH] [--chars 300] [--startup-file PATH]
+                                     [--file PATH] [--chars 300] [--startup-file PATH | --startup-rev REV]
                                      [--prompt-tokens N] [--repeats N] [--variants LABEL,...]
 """
 
@@ -31,8 +32,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import os
 import statistics
+import subprocess
+import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -42,8 +46,23 @@ from lsprotocol import types
 from bench_typing import REPO, _inline, _open, pct, record_session, start_server, stop_server
 
 PAUSES = frozenset(" (.:\n")
-STARTUP_FILE = REPO / "model_runtime" / "engine.py"
+STARTUP_REV = "6377e8d"  # the start-up workload: model_runtime/ as of this commit (`pinned_workspace`)
 TYPING_FILE = REPO / "lsp_server" / "completions.py"
+
+
+def pinned_workspace(rev: str, into: Path) -> Path:
+    """`model_runtime/` (without the embedded model's files) as of commit `rev`, extracted under
+    `into`; returns its engine.py, the file the start-up table opens. Pinned, so the workload stays
+    the same when the working tree changes: before, every edit of engine.py changed the prompt and
+    with it what the random mid model decodes."""
+    command = ["git", "-C", str(REPO), "archive", rev, "model_runtime", ":(exclude)model_runtime/default_model"]
+    done = subprocess.run(command, capture_output=True)
+    if done.returncode != 0:
+        raise SystemExit(f"--startup-rev {rev}: git archive failed ({done.stderr.decode(errors='replace').strip()}); "
+                         "fetch that commit or give --startup-file")
+    with tarfile.open(fileobj=io.BytesIO(done.stdout)) as archive:
+        archive.extractall(into, filter="data")
+    return into / "model_runtime" / "engine.py"
 
 
 def mid_checkpoint(tokenizer: str = "bpe") -> str:
@@ -273,7 +292,9 @@ async def main_async(args: argparse.Namespace) -> None:
     print(f"load average at start: {os.getloadavg()}; server logs in {logs}")
     tables = args.tables.split(",")
     if "startup" in tables:
-        await startup_table(args.models.split(","), Path(args.startup_file), logs, args.prompt_tokens, args.repeats)
+        path = Path(args.startup_file) if args.startup_file else pinned_workspace(args.startup_rev, logs / "workspace")
+        print(f"start-up workload: {path}" + ("" if args.startup_file else f" (model_runtime/ at {args.startup_rev})"))
+        await startup_table(args.models.split(","), path, logs, args.prompt_tokens, args.repeats)
     if "typing" in tables:
         await typing_table(args.typing_model, Path(args.file), args.chars, logs, args.variants)
     print(f"\nload average at end: {os.getloadavg()}")
@@ -283,7 +304,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tables", default="startup,typing")
     parser.add_argument("--models", default="embedded,mid", help="startup table: embedded, mid, mid-test or checkpoint directories")
-    parser.add_argument("--startup-file", default=str(STARTUP_FILE))
+    parser.add_argument("--startup-file", default=None, help="startup table: the file to open (default: engine.py of --startup-rev)")
+    parser.add_argument("--startup-rev", default=STARTUP_REV, help="startup table: the commit whose model_runtime/ is the workspace")
     parser.add_argument("--prompt-tokens", type=int, default=None, help="startup table: the server's promptTokens (default: its own)")
     parser.add_argument("--repeats", type=int, default=1, help="startup table: cold/restart pairs per model (the median restart's pair is shown)")
     parser.add_argument("--typing-model", default="embedded")

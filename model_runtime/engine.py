@@ -9,8 +9,9 @@ Invariants:
   it through `self._commands`; callbacks run on the engine thread.
 - An abort takes effect before the next step: an aborted request never decodes again and its
   cache blocks are released at once.
-- A request with a decode budget (`SamplingParams.max_decode_ms`) decodes at most one step past
-  it (`latency`); one with `min_confidence` stops where the model's confidence collapses.
+- A request with a decode budget (`SamplingParams.max_decode_ms`) starts no step that would end
+  past it, as long as its last decode step took (`latency`); one with `min_confidence` stops
+  where the model's confidence collapses.
 - With `use_mtp`, greedy output is identical to plain greedy decoding, constrained or not:
   drafts from the MTP layer are only kept when the main model's own pick agrees, and the token
   after an accepted draft only where decoding on would have produced it (no stop string, stop
@@ -350,6 +351,7 @@ class Engine:
         if step is None:
             return None
         self._busy_at = time.monotonic()
+        started = self.clock()
         feeds = [self._feed(s, n, step.is_prefill) for s, n in zip(step.seqs, step.num_tokens)]
         try:
             out = self.runner.run(feeds, self._recorder(step.seqs, feeds))
@@ -363,10 +365,11 @@ class Engine:
             return step
         self._counters["decode_steps"] += not step.is_prefill
         now = self.clock()
+        next_step_s = 0.0 if step.is_prefill else now - started  # a prefill says nothing of a decode step
         for seq in step.seqs:
             seq.last_step_at = time.perf_counter()
             seq.decode_steps += not step.is_prefill
-            if seq.finish_reason is None and budget_spent(seq.sampling, seq.first_token_at, now):
+            if seq.finish_reason is None and budget_spent(seq.sampling, seq.first_token_at, now, next_step_s):
                 seq.finish_reason = FinishReason.LENGTH
             try:
                 self._after_tokens(seq)

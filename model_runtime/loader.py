@@ -9,7 +9,8 @@ the hub layout (`save_checkpoint`).
 Invariants:
 - The model is built on the meta device and its parameters are *assigned* tensors that view a
   private (copy-on-write) memory map of the files: a tensor is only copied when its dtype or
-  device must change, one tensor at a time, so a checkpoint larger than RAM is never copied whole.
+  device must change, one tensor at a time (an MLP's gate and up weights stored side by side
+  count as one: `_side_by_side`), so a checkpoint larger than RAM is never copied whole.
 - Every failure is a `CheckpointError` whose message names the file and the tensor.
 - Router weights, `e_score_correction_bias` and `indexer.weights_proj` stay fp32 (as in HF).
 """
@@ -138,13 +139,34 @@ def _collect(files: dict[str, SafetensorsFile], cfg: ModelConfig, dtype, device)
             raise UnexpectedTensorError(f"{file.path}: {exc}") from None
         if param is None:
             continue
-        for pname, tensor in _to_params(param, name, file, files).items():
-            want = torch.float32 if FP32_PARAMS.search(pname) else dtype
-            out[pname] = tensor.to(device=device, dtype=want)
+        pair = _side_by_side(name, file, files)
+        if pair is None:
+            want = torch.float32 if FP32_PARAMS.search(param) else dtype
+            out.update(_to_params(param, name, file, files, device, want))
+        elif name.endswith("gate_proj.weight"):  # the up weight comes with it
+            both = pair.to(device=device, dtype=dtype)
+            inter = file.entries[name]["shape"][0]
+            out[param], out[param.removesuffix("gate_proj.weight") + "up_proj.weight"] = both[:inter], both[inter:]
     return out
 
 
-def _to_params(param: str, name: str, file: SafetensorsFile, files) -> dict[str, torch.Tensor]:
+def _side_by_side(name: str, file: SafetensorsFile, files: dict[str, SafetensorsFile]) -> torch.Tensor | None:
+    """An MLP's gate and up weights as one [2I, D] tensor when `name` is either of them and its
+    file stores them back to back (as safetensors orders names) in one float dtype: loaded
+    together, they stay side by side after a dtype or device change, so `MLP.fuse` takes a view
+    of them instead of copying both."""
+    match = re.fullmatch(r"(.*\.)(gate|up)_proj\.weight", name)
+    if match is None:
+        return None
+    gate, up = match[1] + "gate_proj.weight", match[1] + "up_proj.weight"
+    if files.get(gate) is not file or files.get(up) is not file or file.entries[gate]["dtype"] not in FLOAT_DTYPES:
+        return None
+    return file.rows([gate, up])
+
+
+def _to_params(param: str, name: str, file: SafetensorsFile, files, device, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """The parameters of checkpoint tensor `name` on `device` in `dtype`: a merged expert
+    tensor is converted whole, so each expert's gate and up rows stay side by side."""
     tensor = file.tensor(name)
     scale_name = name + "_scale_inv"
     if tensor.dtype in FP8_DTYPES:
@@ -153,6 +175,7 @@ def _to_params(param: str, name: str, file: SafetensorsFile, files) -> dict[str,
         tensor = fp8_dequant(tensor, files[scale_name].tensor(scale_name), name)
     elif tensor.dtype not in FLOAT_DTYPES:
         raise DtypeError(f"{file.path}: {name} has dtype {tensor.dtype}; expected fp32/fp16/bf16 or fp8 e4m3 with scales")
+    tensor = tensor.to(device=device, dtype=dtype)
     merged = re.match(r"(.*\.mlp\.experts)\.(gate_up_proj|down_proj)$", param)
     if not merged:
         return {param: tensor}

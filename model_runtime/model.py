@@ -337,6 +337,21 @@ def _causal_mask(B: int, T: int, valid: torch.Tensor | None, device) -> torch.Te
     return (allowed & valid[:, None, :]) | (eye & ~valid[:, :, None])
 
 
+def _side_by_side(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether contiguous 2-D `b` starts in `a`'s storage right where contiguous 2-D `a` ends."""
+    return (
+        a.dim() == b.dim() == 2 and a.is_contiguous() and b.is_contiguous() and a.dtype == b.dtype
+        and a.device == b.device and a.shape[1] == b.shape[1]
+        and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+        and a.storage_offset() + a.numel() == b.storage_offset()
+    )
+
+
+def _rows_of(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The rows of `a` then `b` (side by side) as one tensor: a view, no copy."""
+    return a.as_strided((a.shape[0] + b.shape[0], a.shape[1]), a.stride())
+
+
 class MLP(nn.Module):
     def __init__(self, dim: int, inter: int) -> None:
         super().__init__()
@@ -346,9 +361,11 @@ class MLP(nn.Module):
         self.gate_up: torch.Tensor | None = None  # see `fuse`
 
     def fuse(self) -> None:
-        """Inference: gate and up projections as one matmul (a copy of both weights)."""
+        """Inference: gate and up projections as one matmul. A view of both weights where they
+        lie side by side in memory (as the loader places them), else a copy of both."""
+        gate, up = self.gate_proj.weight.detach(), self.up_proj.weight.detach()
         with torch.no_grad():
-            self.gate_up = torch.cat((self.gate_proj.weight, self.up_proj.weight))
+            self.gate_up = _rows_of(gate, up) if _side_by_side(gate, up) else torch.cat((gate, up))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gate_up is None or torch.is_grad_enabled():
@@ -613,7 +630,8 @@ class Transformer(nn.Module):
     def fuse_for_inference(self, max_expert_bytes: int = FUSE_EXPERTS_BYTES) -> None:
         """Fuse the projections that share an input (`MLA.fuse_inputs`, `MLP.fuse`) for the engine:
         fewer, larger matmuls per step. A layer's routed experts are fused only while their gate
-        and up weights take at most `max_expert_bytes` (the copies cost that much memory)."""
+        and up weights take at most `max_expert_bytes` (copies, where they do not lie side by
+        side, cost that much memory)."""
         for block in [*self.layers, *self.mtp]:
             block.self_attn.fuse_inputs()
             mlps = [block.mlp] if isinstance(block.mlp, MLP) else [m for m in [block.mlp.shared_experts] if m is not None]

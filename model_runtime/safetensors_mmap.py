@@ -13,6 +13,7 @@ import json
 import mmap
 import os
 import struct
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -83,14 +84,32 @@ class SafetensorsFile:
         entry = self.entries[name]
         if entry["numel"] == 0:
             return torch.empty(entry["shape"], dtype=entry["dtype"])
+        flat = torch.frombuffer(self._mapped(), dtype=entry["dtype"], count=entry["numel"], offset=entry["offset"])
+        return flat.view(entry["shape"])
+
+    def rows(self, names: Sequence[str]) -> torch.Tensor | None:
+        """The 2-D tensors `names` as one tensor of their rows, in that order, viewing the map
+        like `tensor`, when the file stores them back to back with one dtype and width; else None."""
+        entries = [self.entries[name] for name in names]
+        first = entries[0]
+        if any(len(e["shape"]) != 2 or e["dtype"] != first["dtype"] or e["shape"][1] != first["shape"][1] for e in entries):
+            return None
+        if any(a["offset"] + a["numel"] * a["dtype"].itemsize != b["offset"] for a, b in zip(entries, entries[1:])):
+            return None
+        count = sum(e["numel"] for e in entries)
+        if count == 0:
+            return None
+        flat = torch.frombuffer(self._mapped(), dtype=first["dtype"], count=count, offset=first["offset"])
+        return flat.view(-1, first["shape"][1])
+
+    def _mapped(self) -> mmap.mmap:
         if self._map is None:
             fd = os.open(self.path, os.O_RDONLY)
             try:
                 self._map = mmap.mmap(fd, 0, access=mmap.ACCESS_COPY)
             finally:
                 os.close(fd)
-        flat = torch.frombuffer(self._map, dtype=entry["dtype"], count=entry["numel"], offset=entry["offset"])
-        return flat.view(entry["shape"])
+        return self._map
 
 
 def save_tensors(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str] | None = None) -> None:

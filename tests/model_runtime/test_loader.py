@@ -128,18 +128,64 @@ def test_shard_index_naming_a_missing_tensor(ckpt):
         load_model(ckpt)
 
 
+def _merge_experts(t):
+    """Rewrite the hub's per-expert tensors in transformers' merged expert layout."""
+    for layer in (1, 2, 3):
+        prefix = f"model.layers.{layer}.mlp.experts"
+        experts = sorted({int(k.split(".")[5]) for k in t if k.startswith(prefix + ".")})
+        if not experts:
+            continue
+        gate_up = [torch.cat([t.pop(f"{prefix}.{j}.gate_proj.weight"), t.pop(f"{prefix}.{j}.up_proj.weight")]) for j in experts]
+        down = [t.pop(f"{prefix}.{j}.down_proj.weight") for j in experts]
+        t[f"{prefix}.gate_up_proj"] = torch.stack(gate_up)
+        t[f"{prefix}.down_proj"] = torch.stack(down)
+
+
 def test_merged_expert_layout_loads_identically(ckpt, tiny):
-    def merge(t):
-        for layer in (1, 2, 3):
-            prefix = f"model.layers.{layer}.mlp.experts"
-            experts = sorted({int(k.split(".")[5]) for k in t if k.startswith(prefix + ".")})
-            if not experts:
-                continue
-            gate_up = [torch.cat([t.pop(f"{prefix}.{j}.gate_proj.weight"), t.pop(f"{prefix}.{j}.up_proj.weight")]) for j in experts]
-            down = [t.pop(f"{prefix}.{j}.down_proj.weight") for j in experts]
-            t[f"{prefix}.gate_up_proj"] = torch.stack(gate_up)
-            t[f"{prefix}.down_proj"] = torch.stack(down)
-    rewrite(ckpt, merge)
+    rewrite(ckpt, _merge_experts)
+    assert torch.equal(load_model(ckpt).logits(ids()), tiny.logits(ids()))
+
+
+def _fused_mlps(path, dtype=torch.float32):
+    """(fused gate_up, gate, up) of every MLP of the model at `path`, after the engine's fusing."""
+    from model_runtime.model import MLP
+
+    model = load_model(path, dtype=dtype).model
+    model.fuse_for_inference()
+    return [(m.gate_up, m.gate_proj.weight, m.up_proj.weight) for m in model.modules() if isinstance(m, MLP)]
+
+
+def _shares_storage(a, b):
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+@pytest.mark.parametrize("stored", ["float32", "bfloat16", "merged float32", "merged bfloat16"])
+def test_gate_and_up_weights_fuse_without_a_copy(ckpt, stored):
+    """The loader keeps each MLP's gate and up weights side by side, also through a dtype change
+    and from transformers' merged expert layout, so the engine's fused gate_up is a view of them."""
+    dtype = torch.bfloat16 if "bfloat16" in stored else torch.float32
+    if stored.startswith("merged"):
+        rewrite(ckpt, _merge_experts)
+    rewrite(ckpt, lambda t: t.update({k: v.to(dtype) for k, v in t.items() if k.endswith(("gate_proj.weight", "up_proj.weight", "gate_up_proj"))}))
+    mlps = _fused_mlps(ckpt)
+    assert len(mlps) > 3
+    for gate_up, gate, up in mlps:
+        assert gate.dtype == torch.float32 and _shares_storage(gate_up, gate)
+        assert torch.equal(gate_up, torch.cat((gate, up)))
+
+
+def test_gate_and_up_weights_in_different_shards_fuse_as_a_copy(ckpt, tiny):
+    tensors = load_file(ckpt / "model.safetensors")
+    ups = sorted(k for k in tensors if k.endswith("up_proj.weight"))
+    shards = {"model-00001-of-00002.safetensors": sorted(set(tensors) - set(ups)), "model-00002-of-00002.safetensors": ups}
+    weight_map = {}
+    for file, keys in shards.items():
+        save_file({k: tensors[k] for k in keys}, ckpt / file)
+        weight_map |= dict.fromkeys(keys, file)
+    (ckpt / "model.safetensors").unlink()
+    (ckpt / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    for gate_up, gate, up in _fused_mlps(ckpt):
+        assert not _shares_storage(gate_up, gate) and torch.equal(gate_up, torch.cat((gate, up)))
     assert torch.equal(load_model(ckpt).logits(ids()), tiny.logits(ids()))
 
 
