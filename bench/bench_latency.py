@@ -34,6 +34,7 @@ import argparse
 import asyncio
 import io
 import os
+import shutil
 import statistics
 import subprocess
 import tarfile
@@ -47,12 +48,13 @@ from bench_typing import REPO, _inline, _open, pct, record_session, start_server
 
 PAUSES = frozenset(" (.:\n")
 STARTUP_REV = "6377e8d"  # the start-up workload: model_runtime/ as of this commit (`pinned_workspace`)
+STARTUP_DIR = Path(tempfile.gettempdir()) / "glm5-bench-startup"  # one fixed place: the prompt names the file's path
 TYPING_FILE = REPO / "lsp_server" / "completions.py"
 
 
 def pinned_workspace(rev: str, into: Path) -> Path:
     """`model_runtime/` (without the embedded model's files) as of commit `rev`, extracted under
-    `into`; returns its engine.py, the file the start-up table opens. Pinned, so the workload stays
+    `into` (emptied first); returns its engine.py, the file the start-up table opens. Pinned, so the workload stays
     the same when the working tree changes: before, every edit of engine.py changed the prompt and
     with it what the random mid model decodes."""
     command = ["git", "-C", str(REPO), "archive", rev, "model_runtime", ":(exclude)model_runtime/default_model"]
@@ -60,6 +62,7 @@ def pinned_workspace(rev: str, into: Path) -> Path:
     if done.returncode != 0:
         raise SystemExit(f"--startup-rev {rev}: git archive failed ({done.stderr.decode(errors='replace').strip()}); "
                          "fetch that commit or give --startup-file")
+    shutil.rmtree(into, ignore_errors=True)
     with tarfile.open(fileobj=io.BytesIO(done.stdout)) as archive:
         archive.extractall(into, filter="data")
     return into / "model_runtime" / "engine.py"
@@ -292,7 +295,7 @@ async def main_async(args: argparse.Namespace) -> None:
     print(f"load average at start: {os.getloadavg()}; server logs in {logs}")
     tables = args.tables.split(",")
     if "startup" in tables:
-        path = Path(args.startup_file) if args.startup_file else pinned_workspace(args.startup_rev, logs / "workspace")
+        path = Path(args.startup_file) if args.startup_file else pinned_workspace(args.startup_rev, STARTUP_DIR / args.startup_rev)
         print(f"start-up workload: {path}" + ("" if args.startup_file else f" (model_runtime/ at {args.startup_rev})"))
         await startup_table(args.models.split(","), path, logs, args.prompt_tokens, args.repeats)
     if "typing" in tables:

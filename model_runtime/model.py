@@ -337,7 +337,7 @@ def _causal_mask(B: int, T: int, valid: torch.Tensor | None, device) -> torch.Te
     return (allowed & valid[:, None, :]) | (eye & ~valid[:, :, None])
 
 
-def _side_by_side(a: torch.Tensor, b: torch.Tensor) -> bool:
+def _rows_adjacent(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether contiguous 2-D `b` starts in `a`'s storage right where contiguous 2-D `a` ends."""
     return (
         a.dim() == b.dim() == 2 and a.is_contiguous() and b.is_contiguous() and a.dtype == b.dtype
@@ -365,7 +365,7 @@ class MLP(nn.Module):
         lie side by side in memory (as the loader places them), else a copy of both."""
         gate, up = self.gate_proj.weight.detach(), self.up_proj.weight.detach()
         with torch.no_grad():
-            self.gate_up = _rows_of(gate, up) if _side_by_side(gate, up) else torch.cat((gate, up))
+            self.gate_up = _rows_of(gate, up) if _rows_adjacent(gate, up) else torch.cat((gate, up))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gate_up is None or torch.is_grad_enabled():

@@ -109,16 +109,20 @@ def test_missing_config_and_weights(tmp_path):
         load_model(tmp_path / "nope")
 
 
-def test_sharded_checkpoint_loads_identically(ckpt, tiny):
-    tensors = load_file(ckpt / "model.safetensors")
-    names = sorted(tensors)
-    halves = {"model-00001-of-00002.safetensors": names[: len(names) // 2], "model-00002-of-00002.safetensors": names[len(names) // 2 :]}
+def shard(path, first: list[str], second: list[str]) -> None:
+    """Rewrite the checkpoint at `path` as two shards holding the tensors `first` and `second`."""
+    tensors = load_file(path / "model.safetensors")
     weight_map = {}
-    for file, keys in halves.items():
-        save_file({k: tensors[k] for k in keys}, ckpt / file)
+    for file, keys in (("model-00001-of-00002.safetensors", first), ("model-00002-of-00002.safetensors", second)):
+        save_file({k: tensors[k] for k in keys}, path / file)
         weight_map |= dict.fromkeys(keys, file)
-    (ckpt / "model.safetensors").unlink()
-    (ckpt / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    (path / "model.safetensors").unlink()
+    (path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+
+
+def test_sharded_checkpoint_loads_identically(ckpt, tiny):
+    names = sorted(load_file(ckpt / "model.safetensors"))
+    shard(ckpt, names[: len(names) // 2], names[len(names) // 2 :])
     assert torch.equal(load_model(ckpt).logits(ids()), tiny.logits(ids()))
 
 
@@ -175,15 +179,9 @@ def test_gate_and_up_weights_fuse_without_a_copy(ckpt, stored):
 
 
 def test_gate_and_up_weights_in_different_shards_fuse_as_a_copy(ckpt, tiny):
-    tensors = load_file(ckpt / "model.safetensors")
-    ups = sorted(k for k in tensors if k.endswith("up_proj.weight"))
-    shards = {"model-00001-of-00002.safetensors": sorted(set(tensors) - set(ups)), "model-00002-of-00002.safetensors": ups}
-    weight_map = {}
-    for file, keys in shards.items():
-        save_file({k: tensors[k] for k in keys}, ckpt / file)
-        weight_map |= dict.fromkeys(keys, file)
-    (ckpt / "model.safetensors").unlink()
-    (ckpt / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    names = load_file(ckpt / "model.safetensors")
+    ups = sorted(k for k in names if k.endswith("up_proj.weight"))
+    shard(ckpt, sorted(set(names) - set(ups)), ups)
     for gate_up, gate, up in _fused_mlps(ckpt):
         assert not _shares_storage(gate_up, gate) and torch.equal(gate_up, torch.cat((gate, up)))
     assert torch.equal(load_model(ckpt).logits(ids()), tiny.logits(ids()))
