@@ -3,8 +3,9 @@ the editor, and the pauses while typing.
 
 1. startup: the editor opens a long file with the cursor at its end and asks for a completion
    right after `initialized` (by default engine.py in `model_runtime/` as of a pinned commit,
-   `--startup-rev`, so that edits of the working tree do not change the workload); timed from `initialized` to the answer's arrival (also from the
-   server's spawn, which adds the interpreter, pygls and the handshake). A cold start (empty KV cache
+   `--startup-rev`, so that edits of the working tree do not change the workload); timed from
+   `initialized` to the answer's arrival (also from the server's spawn, which adds the
+   interpreter, pygls and the handshake). A cold start (empty KV cache
    directory) against a restart with the cache the cold run persisted, per model: the embedded
    model and a mid-size random GLM-5 checkpoint (`bench_runtime`'s "mid", with the embedded model's
    BPE tokenizer; "mid-test" is the same weights with the tests' byte-like tokenizer). Also: the completion's
@@ -48,15 +49,17 @@ from bench_typing import REPO, _inline, _open, pct, record_session, start_server
 
 PAUSES = frozenset(" (.:\n")
 STARTUP_REV = "6377e8d"  # the start-up workload: model_runtime/ as of this commit (`pinned_workspace`)
-STARTUP_DIR = Path(tempfile.gettempdir()) / "glm5-bench-startup"  # one fixed place: the prompt names the file's path
+# One fixed place: extracted under each run's own temporary directory, the prompt came to 4,040
+# tokens in one run and 4,076 in the next.
+STARTUP_DIR = Path(tempfile.gettempdir()) / "glm5-bench-startup"
 TYPING_FILE = REPO / "lsp_server" / "completions.py"
 
 
 def pinned_workspace(rev: str, into: Path) -> Path:
     """`model_runtime/` (without the embedded model's files) as of commit `rev`, extracted under
-    `into` (emptied first); returns its engine.py, the file the start-up table opens. Pinned, so the workload stays
-    the same when the working tree changes: before, every edit of engine.py changed the prompt and
-    with it what the random mid model decodes."""
+    `into` (emptied first); returns its engine.py, the file the start-up table opens. Pinned, so
+    the workload stays the same when the working tree changes: before, every edit of engine.py
+    changed the prompt and with it what the random mid model decodes."""
     command = ["git", "-C", str(REPO), "archive", rev, "model_runtime", ":(exclude)model_runtime/default_model"]
     done = subprocess.run(command, capture_output=True)
     if done.returncode != 0:

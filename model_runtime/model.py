@@ -363,7 +363,7 @@ class MLP(nn.Module):
     def fuse(self) -> None:
         """Inference: gate and up projections as one matmul. A view of both weights where they
         lie side by side in memory (as the loader places them), else a copy of both."""
-        gate, up = self.gate_proj.weight.detach(), self.up_proj.weight.detach()
+        gate, up = self.gate_proj.weight, self.up_proj.weight
         with torch.no_grad():
             self.gate_up = _rows_of(gate, up) if _rows_adjacent(gate, up) else torch.cat((gate, up))
 
