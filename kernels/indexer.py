@@ -48,7 +48,9 @@ jit = launch.LazyModule("kernels.jit.indexer")  # the @triton.jit kernels: trito
 SCORES = "indexer_scores"
 TOPK = "indexer_topk"
 SELECT_BYTES = 40  # temporaries per score while selecting: masks, running counts, slots
-TILE_BYTES = 4 << 20  # logits scored at a time by the reference (see `_score_rows`)
+TILE_BYTES = 2 << 20  # logits the reference scores at a time, about one core's L2 cache (see `_score_rows`)
+TILE_MIN_ROWS = 16  # queries the reference scores at a time at least, however long the context
+KEY_ALIGN = 16  # the keys a tile scores are rounded up to a multiple of this (aligned rows of logits)
 
 
 def _validate(
@@ -96,12 +98,15 @@ def _score_rows(
 ) -> torch.Tensor:  # fmt: skip
     """Scores [c, T] of a chunk of queries; keys are gathered once per sequence in the chunk.
 
-    A sequence's queries are scored `TILE_BYTES` of [rows, Hi, keys] logits at a time, each tile
-    against the keys its last query can see: a prefill skips the causally hidden keys. 4 MiB
-    (16 rows of 16 heads at 4k keys) against 1 MiB (4 rows): on a 2-vCPU Xeon, 16.0 against
-    20.5 ms for 9 continuations of 14 tokens after a 4k prompt, 54-61 against 63-65 ms for
-    the last 512 rows of a 4k prefill; the thin [rows·Hi, Di] x [Di, keys] matmuls of small
-    tiles cost more than the logits' trip out of the L2 cache (16 MiB: 86 ms for that prefill)."""
+    A sequence's queries are scored `TILE_BYTES` of [rows, Hi, keys] logits at a time, but at
+    least `TILE_MIN_ROWS` rows, each tile against the keys its last query can see (rounded up
+    to `KEY_ALIGN`; the keys past a query's position are masked): a prefill skips the causally
+    hidden keys. Short contexts get tiles that stay in the L2 cache; long ones keep the rows
+    that make the thin [rows·Hi, Di] x [Di, keys] matmuls efficient (on a 2-vCPU Xeon, 16 rows
+    against 4 at 4k keys: 16.0 against 20.5 ms for 9 continuations of 14 tokens after a 4k
+    prompt, 54-61 against 63-65 ms for the last 512 rows of a 4k prefill). The 344 scored rows
+    of a 600-token prefill (16 heads): 5.1-5.3 against 6.0-6.3 ms a layer with 4 MiB tiles of
+    unaligned widths; the 4k cases above unchanged (`bench/bench_indexer.py`)."""
     out = torch.full((q.shape[0], slots.shape[1]), float("-inf"), device=q.device)
     seq_ids = seq_ids.long()
     known = (seq_ids >= 0) & (seq_ids < slots.shape[0])
@@ -112,9 +117,9 @@ def _score_rows(
             continue
         key_slot = slots[b, :width]
         keys = gather_rows(cache, key_slot.clamp(min=0)).float()  # [width, D]
-        for tile in chunks(rows.numel(), max(1, TILE_BYTES // (4 * q.shape[1] * width))):
+        for tile in chunks(rows.numel(), max(TILE_MIN_ROWS, TILE_BYTES // (4 * q.shape[1] * width))):
             r = rows[tile]
-            seen = min(width, int(positions[r].max()) + 1)
+            seen = min(width, -(-(int(positions[r].max()) + 1) // KEY_ALIGN) * KEY_ALIGN)
             logits = torch.matmul(q[r].float() * scale, keys[:seen].T).relu_()  # [r, Hi, seen]; the scale on the smaller side
             scores = torch.matmul(weights[r].float()[:, None, :], logits).squeeze(1)
             hidden = (key_slot[None, :seen] < 0) | (torch.arange(seen, device=q.device) > positions[r, None])
@@ -209,20 +214,25 @@ def best_columns(scores: torch.Tensor, topk: int) -> tuple[torch.Tensor, torch.T
     Ties at the k-th score go to the lowest positions, so a query selects the same keys whatever
     the row width (full prefill, chunked prefill, decode); torch.topk alone does not promise that.
     One unsorted top-k finds the k-th score; where exactly k finite scores reach it (no tie
-    straddles it: the usual case) its columns are the choice, sorted. The other rows choose by
-    a mask over the whole row, as do compiled graphs (no data-dependent branch there).
+    straddles it: the usual case) the scores that reach it are the choice, read off in position
+    order (`nonzero` of that mask; sorting the top-k's columns instead took 1.4x the time for
+    the 344 scored rows of a 600-token prefill, as long at 4k keys: `bench/bench_indexer.py`).
+    The other rows choose by a mask over the whole row, as do compiled graphs (no
+    data-dependent branch there).
     """
     k = min(topk, scores.shape[1])
-    values, columns = scores.topk(k, dim=1, sorted=False)
-    kth = values.amin(1, keepdim=True)
+    kth = scores.topk(k, dim=1, sorted=False).values.amin(1, keepdim=True)
     if torch.compiler.is_dynamo_compiling():
         return _chosen_by_mask(scores, kth, k)
-    clear = ((kth > float("-inf")) & ((scores >= kth).sum(1, keepdim=True) == k)).squeeze(1)
-    columns = columns.sort(1).values
-    chosen = torch.ones_like(columns, dtype=torch.bool)
-    if not bool(clear.all()):
-        rows = (~clear).nonzero().squeeze(1)
-        columns[rows], chosen[rows] = _chosen_by_mask(scores[rows], kth[rows], k)
+    reached = scores >= kth
+    clear = (kth.squeeze(1) > float("-inf")) & (reached.sum(1) == k)
+    chosen = torch.ones(scores.shape[0], k, dtype=torch.bool, device=scores.device)
+    if bool(clear.all()):
+        return reached.nonzero()[:, 1].reshape(scores.shape[0], k), chosen
+    columns = torch.empty(scores.shape[0], k, dtype=torch.long, device=scores.device)
+    columns[clear] = reached[clear].nonzero()[:, 1].reshape(-1, k)
+    rows = (~clear).nonzero().squeeze(1)
+    columns[rows], chosen[rows] = _chosen_by_mask(scores[rows], kth[rows], k)
     return columns, chosen
 
 

@@ -117,6 +117,8 @@ def test_best_columns_is_a_stable_sort_by_score_then_position(topk, gen):
         best = sorted(finite, key=lambda t: (-float(scores[r, t]), t))[:topk]
         assert columns[r][chosen[r]].tolist() == sorted(best)
         assert chosen[r].tolist() == [i < len(best) for i in range(min(topk, 32))]
+    alone, all_chosen = indexer.best_columns(scores[:4], topk)  # only rows without ties: one mask read for all
+    assert torch.equal(alone, columns[:4]) and bool(all_chosen.all())
 
 
 @pytest.mark.parametrize("topk", [5, 40])
