@@ -51,6 +51,22 @@ def test_reference_scores_equal_the_per_key_definition(gen):
     assert torch.isfinite(got).sum(1).tolist() == [14, 7, 10, 3, 1, 0, 0]
 
 
+def test_keys_past_each_context_never_reach_a_score(gen):
+    """The reference rounds the keys it gathers up to a multiple of `KEY_ALIGN`, past a sequence's
+    context: whatever the cache holds there (NaN here, as in never-written blocks) stays masked."""
+    q, w, cache, table, seq_ids, positions, seq_lens = _inputs(gen)
+    live = torch.zeros(cache.shape[0] * BS, dtype=torch.bool)
+    for b, length in enumerate(seq_lens.tolist()):
+        for t in range(length):
+            if int(table[b, t // BS]) >= 0:
+                live[int(table[b, t // BS]) * BS + t % BS] = True
+    poisoned = cache.reshape(-1, DI).masked_fill(~live[:, None], float("nan")).reshape(cache.shape)
+    got = indexer.indexer_scores_ref(q, w, poisoned, table, seq_ids, positions, seq_lens, 0.3)
+    assert not bool(got.isnan().any())
+    TOLERANCES[torch.float32].check("scores", got, _per_key_loop(q, w, cache, table, seq_ids, positions, seq_lens, 0.3))
+    assert torch.isfinite(got).sum(1).tolist() == [14, 7, 10, 3, 1, 0, 0]
+
+
 def test_reference_chunking_does_not_change_scores(gen, monkeypatch):
     args = _inputs(gen)
     whole = indexer.indexer_scores_ref(*args, 0.3)
