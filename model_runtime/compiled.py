@@ -55,11 +55,13 @@ Invariants:
   and on the globals they read, not on the model (`skip_guard_on_all_nn_modules_unsafe`): its
   weights and attributes are frozen once its projections are fused and its experts stacked,
   before the compile (`ModelRunner`'s invariant), and nothing that changes later (the router
-  observers) is read inside a graph. The mid model's graphs have ~2,300 guards, ~1,650 of
-  them on the model (a type, constant or tensor match per module attribute and parameter):
-  checking all took 0.55-0.60 ms of each ~9 ms step, checking the rest 0.29-0.31 ms (dynamo's
-  own measure); its 63 compiled steps of a 600 + 64-token request, 371-381 against 398-415 ms
-  (four requests each, one process after the other).
+  observers) is read inside a graph. Each of the mid model's two graphs has 2,291-2,573
+  guards (dynamo's count varied between compiles), three quarters or more of them on the model
+  (a type, constant or tensor match per module attribute and parameter): checking all took
+  0.55-0.60 ms of each ~9 ms step, checking the rest 0.29-0.31 ms (dynamo's own measure, after
+  a cache flush): ~17 ms of a 600 + 64-token request's 63 compiled steps, which their wall
+  time does not resolve on this host (376-404 against 398-415 ms, four requests each, one
+  process after the other).
 - Inductor's compiled code is cached on disk (`cache_dir`, unless TORCHINDUCTOR_CACHE_DIR is
   set): a later start skips the C++ builds but still traces (mid model, measured by
   `bench_compile.py`).
