@@ -107,14 +107,15 @@ def _score_rows(
     that make the thin [rows·Hi, Di] x [Di, keys] matmuls efficient (on a 2-vCPU Xeon, 16 rows
     against 4 at 4k keys: 16.0 against 20.5 ms for 9 continuations of 14 tokens after a 4k
     prompt, 54-61 against 63-65 ms for the last 512 rows of a 4k prefill). The 344 scored rows
-    of a 600-token prefill (16 heads): 5.1-5.3 against 6.0-6.3 ms a layer with 4 MiB tiles of
-    unaligned widths; the 4k cases above unchanged (`bench/bench_indexer.py`)."""
+    of a 600-token prefill (16 heads): 5.1-6.3 against 6.0-11.2 ms a layer with 4 MiB tiles of
+    unaligned widths, four runs; the 4k cases above unchanged (`bench/bench_indexer.py`)."""
     out = torch.full((q.shape[0], slots.shape[1]), float("-inf"), device=q.device)
     seq_ids = seq_ids.long()
     known = (seq_ids >= 0) & (seq_ids < slots.shape[0])
     for b in torch.unique(seq_ids[known]).tolist():
         rows = (seq_ids == b).nonzero().squeeze(1)
-        width = min(slots.shape[1], _aligned(min(int(seq_lens[b]), int(positions[rows].max()) + 1)))  # keys past the context are masked below
+        visible = min(int(seq_lens[b]), int(positions[rows].max()) + 1)
+        width = min(slots.shape[1], _aligned(visible))  # the keys past the context are masked below
         if width <= 0:
             continue
         key_slot = slots[b, :width]
