@@ -5,7 +5,8 @@ temporaries and recompute each sequence's key slots from the block table on ever
 for an op library, but in a decode step that is a few thousand small operations for a handful
 of tokens. These functions do the same maths without that bookkeeping, using what `PagedBatch`
 computed once for the step:
-- `rms_norm`, `rope`: the references' arithmetic, no validation or chunking;
+- `rms_norm`, `rope`: the references' arithmetic, no validation or chunking; `rotate`: `rope`
+  with the step's complex table made once;
 - `decode_topk`, `decode_attention`: the DSA indexer's top-k and sparse MLA attention for a step
   in which every sequence feeds a few tokens (a decode step, or one verifying an MTP draft),
   each query over its own key slots (its sequence's keys up to its position); the top-k reads
@@ -32,8 +33,8 @@ from kernels.rows import gather_rows
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """[..., D] -> [..., D]: `kernels.rms_norm_ref(x, weight, eps)[0]` without its checks."""
-    if x.dtype == weight.dtype == torch.float32:  # the same maths without the dtype round trips
-        return F.rms_norm(x, (x.shape[-1],), eps=eps) * weight
+    if x.dtype == weight.dtype == torch.float32:  # the same maths without the dtype round trips, one op
+        return F.rms_norm(x, (x.shape[-1],), weight, eps)
     normed = F.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype)
     return (normed.float() * weight.float()).to(x.dtype)
 
@@ -48,6 +49,18 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         return torch.stack((a * c - b * s, b * c + a * s), dim=-1).flatten(2).to(x.dtype)
     pairs = torch.view_as_complex(x.float().unflatten(2, (x.shape[2] // 2, 2)).contiguous())
     return torch.view_as_real(pairs * torch.complex(cos, sin)[:, None, :]).flatten(2).to(x.dtype)
+
+
+def rotate(x: torch.Tensor, rotation: torch.Tensor) -> torch.Tensor:
+    """`rope` with the step's tables as one complex table [S, R/2] (`torch.complex(cos, sin)`,
+    made once per step), for x [S, R] or [S, H, R]: the same product, without building the
+    table or copying x for each call (x's pairs are read in place where its strides allow)."""
+    pairs = (x if x.dtype == torch.float32 else x.float()).unflatten(-1, (-1, 2))
+    if pairs.storage_offset() % 2 or any(stride % 2 for stride in pairs.stride()[:-2]):
+        pairs = pairs.contiguous()
+    table = rotation if x.dim() == 2 else rotation[:, None, :]
+    out = torch.view_as_real(torch.view_as_complex(pairs) * table).flatten(-2)
+    return out if x.dtype == torch.float32 else out.to(x.dtype)
 
 
 class SharedKeys(NamedTuple):
@@ -84,12 +97,15 @@ def decode_topk(
 def _best_slots(scores: torch.Tensor, key_slots: torch.Tensor, topk: int) -> torch.Tensor:
     """[B, topk] int32: the slots of each row's k best finite scores in position order, ties at
     the k-th score to the lowest positions, -1 padded (`kernels.indexer.best_columns`)."""
-    out = key_slots.new_full((scores.shape[0], topk), -1)
     if min(topk, scores.shape[1]) == 0:
-        return out.int()
+        return key_slots.new_full((scores.shape[0], topk), -1).int()
     columns, chosen = best_columns(scores, topk)
-    out[:, : columns.shape[1]] = key_slots.gather(1, columns).masked_fill_(~chosen, -1)
-    return out.int()
+    slots = key_slots.gather(1, columns).masked_fill_(~chosen, -1).int()
+    if columns.shape[1] == topk:  # every row has at least topk keys (the usual decode step)
+        return slots
+    out = slots.new_full((scores.shape[0], topk), -1)
+    out[:, : columns.shape[1]] = slots
+    return out
 
 
 def decode_attention(q: torch.Tensor, kv: torch.Tensor, idx: torch.Tensor, scale: float, d_v: int) -> torch.Tensor:
@@ -98,10 +114,10 @@ def decode_attention(q: torch.Tensor, kv: torch.Tensor, idx: torch.Tensor, scale
     Each query gathers its own K rows (`kernels.sparse_mla_attention_ref`'s per-query form); a
     query always sees at least its own token, so no row is empty.
     """
-    valid = idx >= 0
-    keys = gather_rows(kv, idx.long().clamp(min=0)).float()  # [B, K, C]
+    missing = idx < 0
+    keys = gather_rows(kv, idx.clamp(min=0)).float()  # [B, K, C]
     scores = torch.matmul(q.float(), keys.transpose(1, 2)).mul_(scale)
-    scores.masked_fill_(~valid[:, None, :], float("-inf"))
+    scores.masked_fill_(missing[:, None, :], float("-inf"))
     lse = torch.logsumexp(scores, dim=2)
     probs = scores.sub_(lse[..., None]).exp_()
     return torch.matmul(probs, keys[..., :d_v]).to(q.dtype)

@@ -37,7 +37,7 @@ from kernels.rows import gather_rows
 from model_runtime import lean
 from model_runtime.config import ModelConfig
 from model_runtime.paged import PagedBatch, indexer_topk, sparse_attention
-from model_runtime.rope import apply_rope, rope_tables
+from model_runtime.rope import Rope, apply_rope, rope_tables
 from model_runtime.topk import topk_mask
 
 
@@ -80,21 +80,21 @@ class Indexer(nn.Module):
         self.weights_proj = Linear(cfg.hidden_size, self.n_heads, bias=False)
         self.softmax_scale = self.head_dim**-0.5
 
-    def _rope_first(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def _rope_first(self, x: torch.Tensor, rope: Rope) -> torch.Tensor:
         r = self.rope_dim
-        return torch.cat((apply_rope(x[..., :r], cos, sin), x[..., r:]), dim=-1)
+        return torch.cat((apply_rope(x[..., :r], rope), x[..., r:]), dim=-1)
 
-    def keys(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, projected: torch.Tensor | None = None) -> torch.Tensor:
+    def keys(self, x: torch.Tensor, rope: Rope, projected: torch.Tensor | None = None) -> torch.Tensor:
         """[..., D] -> [..., Di] indexer keys (cached per token); `projected`: `wk(x)`, if already computed."""
-        return self._rope_first(self.k_norm(self.wk(x) if projected is None else projected), cos, sin)
+        return self._rope_first(self.k_norm(self.wk(x) if projected is None else projected), rope)
 
     def queries(
-        self, x: torch.Tensor, q_lat: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, projected: torch.Tensor | None = None
+        self, x: torch.Tensor, q_lat: torch.Tensor, rope: Rope, projected: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """q [..., Hi, Di] and signed head weights w [..., Hi] (fp32, × Hi^-½); `projected`:
         `weights_proj(x)`, if already computed."""
         q = self.wq_b(q_lat).unflatten(-1, (self.n_heads, self.head_dim))
-        q = self._rope_first(q, cos.unsqueeze(-2), sin.unsqueeze(-2))
+        q = self._rope_first(q, rope)
         w = self.weights_proj(x.to(self.weights_proj.weight.dtype)) if projected is None else projected
         return q, w.float() * self.n_heads**-0.5
 
@@ -132,17 +132,17 @@ class MLA(nn.Module):
         self.fused_in: tuple[torch.Tensor, list[int]] | None = None  # see `fuse_inputs`
 
     # ---- shared pieces ------------------------------------------------------------------
-    def project(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+    def project(self, x: torch.Tensor, rope: Rope):
         """x [..., D] -> q_lat, q_nope [...,H,dn], q_pe [...,H,dr], c [...,R], k_pe [...,dr]."""
-        return self._project_from(self.q_a_proj(x), self.kv_a_proj_with_mqa(x), cos, sin)
+        return self._project_from(self.q_a_proj(x), self.kv_a_proj_with_mqa(x), rope)
 
-    def _project_from(self, q_a: torch.Tensor, ckv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+    def _project_from(self, q_a: torch.Tensor, ckv: torch.Tensor, rope: Rope):
         q_lat = self.q_a_layernorm(q_a)
         q = self.q_b_proj(q_lat).unflatten(-1, (self.n_heads, self.dn + self.dr))
         q_nope, q_pe = q.split((self.dn, self.dr), dim=-1)
-        q_pe = apply_rope(q_pe, cos.unsqueeze(-2), sin.unsqueeze(-2))
+        q_pe = apply_rope(q_pe, rope)
         c, k_pe = ckv.split((self.R, self.dr), dim=-1)
-        return q_lat, q_nope, q_pe, self.kv_a_layernorm(c), apply_rope(k_pe, cos, sin)
+        return q_lat, q_nope, q_pe, self.kv_a_layernorm(c), apply_rope(k_pe, rope)
 
     def _inputs(self) -> list[nn.Linear]:
         extra = [self.indexer.wk, self.indexer.weights_proj] if self.indexer is not None else []
@@ -183,8 +183,7 @@ class MLA(nn.Module):
     def forward_dense(
         self,
         x: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
+        rope: Rope,
         valid: torch.Tensor | None,
         prev_topk: torch.Tensor | None,
         sparse: bool,
@@ -196,12 +195,12 @@ class MLA(nn.Module):
         (on detached inputs, as in the DSA paper), so its scores for selection run without grad.
         """
         B, T, _ = x.shape
-        q_lat, q_nope, q_pe, c, k_pe = self.project(x, cos, sin)
+        q_lat, q_nope, q_pe, c, k_pe = self.project(x, rope)
         k_nope, v = self.expand(c)
         allowed = None if valid is None and not sparse else _causal_mask(B, T, valid, x.device)
         aux = AttnAux()
         if sparse:
-            aux.selected = prev_topk if self.indexer is None else self._select_dense(x, q_lat, cos, sin, allowed)
+            aux.selected = prev_topk if self.indexer is None else self._select_dense(x, q_lat, rope, allowed)
             if aux.selected is None:
                 raise ValueError("a shared DSA layer needs the top-k of an earlier full layer")
             allowed = allowed & aux.selected
@@ -210,17 +209,17 @@ class MLA(nn.Module):
         mask = None if allowed is None else allowed[:, None]
         out = F.scaled_dot_product_attention(q, k, v.transpose(1, 2), attn_mask=mask, is_causal=mask is None, scale=self.scale)
         if train_indexer and self.indexer is not None:
-            aux.indexer_kl = self._indexer_kl(x, q_lat, q, k, cos, sin, allowed)
+            aux.indexer_kl = self._indexer_kl(x, q_lat, q, k, rope, allowed)
         return self.o_proj(out.transpose(1, 2).flatten(2)), aux
 
     @torch.no_grad()
-    def _select_dense(self, x, q_lat, cos, sin, allowed) -> torch.Tensor:
+    def _select_dense(self, x, q_lat, rope: Rope, allowed) -> torch.Tensor:
         """[B,T,T] bool: the top-k visible keys of each query by indexer score."""
-        qi, w = self.indexer.queries(x, q_lat, cos, sin)
-        scores = self.indexer.scores(qi, w, self.indexer.keys(x, cos, sin))
+        qi, w = self.indexer.queries(x, q_lat, rope)
+        scores = self.indexer.scores(qi, w, self.indexer.keys(x, rope))
         return topk_mask(scores.masked_fill(~allowed, float("-inf")), self.indexer.topk)
 
-    def _indexer_kl(self, x, q_lat, q, k, cos, sin, allowed, rows: int = 128) -> torch.Tensor:
+    def _indexer_kl(self, x, q_lat, q, k, rope: Rope, allowed, rows: int = 128) -> torch.Tensor:
         """KL(head-summed attention ‖ softmax(indexer scores)) over each query's attended keys,
         in fp32 (outside autocast), on a strided subset of `rows` queries per sequence."""
         B, T = x.shape[:2]
@@ -232,8 +231,8 @@ class MLA(nn.Module):
                 target = logits.masked_fill(~seen[:, None], float("-inf")).softmax(-1).sum(1)
                 target = target / target.sum(-1, keepdim=True)
             xd, qd = x.detach().float(), q_lat.detach().float()
-            qi, w = self.indexer.queries(xd[:, pick], qd[:, pick], cos[:, pick], sin[:, pick])
-            index_scores = self.indexer.scores(qi, w, self.indexer.keys(xd, cos, sin))
+            qi, w = self.indexer.queries(xd[:, pick], qd[:, pick], rope.rows(pick))
+            index_scores = self.indexer.scores(qi, w, self.indexer.keys(xd, rope))
             logq = index_scores.masked_fill(~seen, float("-inf")).log_softmax(-1)
             kl = torch.where(seen, target * (target.clamp_min(1e-12).log() - logq), torch.zeros_like(target))
         return kl.sum(-1).mean()
@@ -253,9 +252,9 @@ class MLA(nn.Module):
         a following "shared" layer can reuse them.
         """
         q_a, ckv, *indexer_in = self._input_projections(x)
-        q_lat, q_nope, q_pe, c, k_pe = self._project_from(q_a, ckv, batch.cos, batch.sin)
+        q_lat, q_nope, q_pe, c, k_pe = self._project_from(q_a, ckv, batch.rope)
         kv_flat = kv_cache.view(-1, kv_cache.shape[-1])
-        kv_flat[batch.slot_mapping] = torch.cat((c, k_pe), -1).to(kv_cache.dtype)
+        kv_flat.index_copy_(0, batch.slot_mapping, torch.cat((c, k_pe), -1).to(kv_cache.dtype))
         indices = self._select(x, q_lat, batch, index_cache, prev_indices, indexer_in)
         if batch.use_absorbed:
             out = self._attend_absorbed(q_nope, q_pe, kv_cache, batch, indices)
@@ -272,23 +271,23 @@ class MLA(nn.Module):
                 raise ValueError("a shared DSA layer needs the top-k of an earlier full layer")
             return prev_indices
         k_raw, w_raw = projected
-        keys = self.indexer.keys(x, batch.cos, batch.sin, k_raw)
-        index_cache.view(-1, index_cache.shape[-1])[batch.slot_mapping] = keys.to(index_cache.dtype)
+        keys = self.indexer.keys(x, batch.rope, k_raw)
+        index_cache.view(-1, index_cache.shape[-1]).index_copy_(0, batch.slot_mapping, keys.to(index_cache.dtype))
         if batch.dense:
             return None
-        qi, w = self.indexer.queries(x, q_lat, batch.cos, batch.sin, w_raw)
+        qi, w = self.indexer.queries(x, q_lat, batch.rope, w_raw)
         return indexer_topk(qi, w, index_cache, batch, self.indexer.softmax_scale, self.indexer.topk)
 
     def _attend_absorbed(self, q_nope, q_pe, kv_cache, batch: PagedBatch, indices):
         w_uk, w_uv = self.absorbed_weights()
-        q_abs = torch.einsum("nhd,hdc->nhc", q_nope, w_uk)
+        q_abs = torch.bmm(q_nope.transpose(0, 1), w_uk).transpose(0, 1)  # [N, H, R], per head: q_nope · W_UK
         q = torch.cat((q_abs, q_pe), -1)
         kv, idx = batch.attendable(kv_cache, batch.causal_slots if indices is None else indices)
         if batch.lean_decode:
             o_lat = lean.decode_attention(q, kv.view(-1, kv.shape[-1]), idx, self.scale, self.R)
         else:
             o_lat, _ = sparse_attention(q, kv, idx, self.scale, self.R)
-        return torch.einsum("nhc,hdc->nhd", o_lat, w_uv)
+        return torch.bmm(o_lat.transpose(0, 1), w_uv.transpose(1, 2)).transpose(0, 1)  # [N, H, dv]: o_lat · W_UVᵀ
 
     def _attend_expanded(self, q_nope, q_pe, kv_flat, batch: PagedBatch, indices):
         outs = []
@@ -371,7 +370,7 @@ class MLP(nn.Module):
         if self.gate_up is None or torch.is_grad_enabled():
             return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
         gate, up = F.linear(x, self.gate_up).chunk(2, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        return F.linear(F.silu(gate).mul_(up), self.down_proj.weight)
 
 
 class Gate(nn.Module):
@@ -434,12 +433,13 @@ class Experts(nn.ModuleList):
         """x [N,D], weights/indices [N,k] -> Σ_j weights[:, j] · Expert_{indices[:, j]}(x)."""
         if self.stacked is not None and torch.compiler.is_dynamo_compiling():
             return self._gathered(x, weights, indices)
-        y = torch.zeros_like(x)
-        if x.shape[0] == 1:  # decode fast path: no bincount/where, same accumulation order
-            ids, ws = indices[0].tolist(), weights[0]
-            for slot in sorted(range(len(ids)), key=ids.__getitem__):
-                y += (self[ids[slot]](x) * ws[slot]).to(y.dtype)
+        if x.shape[0] == 1:  # decode fast path: no bincount/where, the same accumulation order (by expert)
+            y = None
+            for expert, weight in sorted(zip(indices[0].tolist(), weights[0].tolist())):
+                out = self[expert](x).mul_(weight)
+                y = out if y is None else y.add_(out)
             return y
+        y = torch.zeros_like(x)
         flat = indices.flatten()
         order = flat.argsort(stable=True)  # (token, slot) pairs grouped by expert
         token = order // indices.shape[1]
@@ -492,10 +492,8 @@ class Block(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp: MoE | MLP = MoE(cfg) if moe else MLP(cfg.hidden_size, cfg.intermediate_size)
 
-    def forward_dense(self, x, cos, sin, valid, prev_topk, sparse, train_indexer):
-        h, aux = self.self_attn.forward_dense(
-            self.input_layernorm(x), cos, sin, valid, prev_topk, sparse, train_indexer
-        )
+    def forward_dense(self, x, rope, valid, prev_topk, sparse, train_indexer):
+        h, aux = self.self_attn.forward_dense(self.input_layernorm(x), rope, valid, prev_topk, sparse, train_indexer)
         x = x + h
         return x + self.mlp(self.post_attention_layernorm(x)), aux
 
@@ -565,11 +563,11 @@ class Transformer(nn.Module):
         B, T = input_ids.shape
         sparse = T > self.cfg.index_topk if sparse is None else sparse
         positions = _positions(valid, B, T, input_ids.device)
-        cos, sin = rope_tables(positions, self.cfg.qk_rope_head_dim, self.cfg.rope_theta)
+        rope = rope_tables(positions, self.cfg.qk_rope_head_dim, self.cfg.rope_theta)
         x = self.embed_tokens(input_ids)
         auxes, prev = [], None
         for layer in self.layers:
-            x, aux = layer.forward_dense(x, cos, sin, valid, prev, sparse, train_indexer)
+            x, aux = layer.forward_dense(x, rope, valid, prev, sparse, train_indexer)
             prev = aux.selected if aux.selected is not None else prev
             auxes.append(aux)
         return self.norm(x), auxes
@@ -580,10 +578,10 @@ class Transformer(nn.Module):
         B, T = input_ids.shape
         positions = torch.arange(T - 1, device=input_ids.device).expand(B, T - 1)
         z = mtp.fuse(hidden[:, :-1], self.embed_tokens(input_ids[:, 1:]), positions)
-        cos, sin = rope_tables(positions, self.cfg.qk_rope_head_dim, self.cfg.rope_theta)
+        rope = rope_tables(positions, self.cfg.qk_rope_head_dim, self.cfg.rope_theta)
         sparse = kw.pop("sparse", None)
         sparse = (T - 1) > self.cfg.index_topk if sparse is None else sparse
-        z, aux = mtp.forward_dense(z, cos, sin, None, None, sparse, kw.pop("train_indexer", False))
+        z, aux = mtp.forward_dense(z, rope, None, None, sparse, kw.pop("train_indexer", False))
         return mtp.shared_head.norm(z), aux
 
     def forward_train(

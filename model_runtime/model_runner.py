@@ -87,9 +87,13 @@ class ModelRunner:
             with recorder.recording(self.model, batch):
                 hidden = self.model.forward_paged(ids, batch, self.cache, recorder.on_layer)
         offsets = batch.query_starts[:-1]
-        rows = [torch.arange(o + f.logits_from, o + len(f.tokens)) for f, o in zip(feeds, offsets)]
-        flat = torch.cat(rows).to(self.device) if rows else torch.empty(0, dtype=torch.long)
-        logits = self.model.lm_head(hidden[flat]).float().split([len(r) for r in rows])
+        counts = [len(f.tokens) - f.logits_from for f in feeds]
+        if sum(counts) == hidden.shape[0]:  # every fed token's logits (a decode step): no gather
+            wanted = hidden
+        else:
+            rows = [torch.arange(o + f.logits_from, o + len(f.tokens)) for f, o in zip(feeds, offsets)]
+            wanted = hidden[torch.cat(rows).to(self.device)] if rows else hidden[:0]
+        logits = self.model.lm_head(wanted).float().split(counts)
         return StepOutput(hidden, list(logits), offsets)
 
     def _compiled_forward(self, ids: torch.Tensor, batch: PagedBatch) -> torch.Tensor | None:

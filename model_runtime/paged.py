@@ -13,7 +13,8 @@ Invariants:
   causal attention and the indexer need not run.
 - A step in which every sequence feeds at most `LEAN_MAX_NEW` tokens (`lean_decode`, on the
   torch references: a decode step, or a speculative step verifying an MTP draft) runs `lean`'s
-  per-query forms of both ops over `causal_slots`, computed once per step; when its sequences
+  per-query forms of both ops over `causal_slots`, and RoPE from one complex table
+  (`Rope.rotation`), each computed once per step; when its sequences
   share most blocks (`shared_keys`), the indexer reads each shared key once.
 - Slots index the indexer-key cache; attention reads latents through `attendable`, which is the
   identity unless some blocks' latents are spilled to the host (`kvstore.residency`).
@@ -29,7 +30,7 @@ import torch
 
 import kernels
 from model_runtime import lean
-from model_runtime.rope import rope_tables
+from model_runtime.rope import Rope, rope_tables
 
 if TYPE_CHECKING:
     from model_runtime.kvstore.residency import SpilledLatents
@@ -83,10 +84,10 @@ class PagedBatch:
     key_slots: torch.Tensor  # [B, T_max] long, slot of every context token (-1 padded)
     block_table: torch.Tensor  # [B, max_blocks] int32 (-1 = unused)
     block_size: int
-    cos: torch.Tensor  # [N, dr/2] fp32
-    sin: torch.Tensor
+    rope: Rope  # [N, dr/2] fp32 tables; their complex form too on the lean decode path
     dense: bool
     use_absorbed: bool
+    lean_decode: bool  # every sequence feeds <= LEAN_MAX_NEW tokens on the torch references: `lean`'s per-query forms
     _inverse: dict[int, torch.Tensor] = field(default_factory=dict, repr=False)
     latents: SpilledLatents | None = None  # set when a sequence has latents spilled to the host
 
@@ -129,8 +130,9 @@ class PagedBatch:
         if expand and not dense:
             expand = sum(cost.expanded(e - s, e) for s, e in spans) <= sum(cost.absorbed(e - s, min(e, index_topk)) for s, e in spans)
         absorbed = {"absorbed": True, "expanded": False}.get(attention, not (dense or expand) or max_new <= 16)
-        cos, sin = rope_tables(positions, *rope)
-        return cls(positions, slot_mapping, seq_ids, starts, lens, key_slots, table, block_size, cos, sin, dense, absorbed)
+        lean_step = max_new <= LEAN_MAX_NEW and not kernels.runs_triton(positions)
+        tables = rope_tables(positions, *rope, lean_step=lean_step)
+        return cls(positions, slot_mapping, seq_ids, starts, lens, key_slots, table, block_size, tables, dense, absorbed, lean_step)
 
     def attendable(self, kv_cache: torch.Tensor, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The latent cache and slots that attention reads: `kv_cache` and `slots` themselves, or,
@@ -148,13 +150,6 @@ class PagedBatch:
     def one_token_each(self) -> bool:
         """Every sequence feeds one token: a plain decode step."""
         return self.positions.shape[0] == self.num_seqs
-
-    @cached_property
-    def lean_decode(self) -> bool:
-        """Every sequence feeds at most `LEAN_MAX_NEW` tokens and the ops would run their torch
-        references: the step uses `lean`'s per-query forms instead."""
-        most = max(e - s for s, e in zip(self.query_starts, self.query_starts[1:]))
-        return most <= LEAN_MAX_NEW and not kernels.runs_triton(self.positions)
 
     @cached_property
     def shared_keys(self) -> lean.SharedKeys | None:

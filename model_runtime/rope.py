@@ -6,32 +6,64 @@ dot product equals that of HF's de-interleaved layout (both sides are permuted i
 
 from __future__ import annotations
 
+import functools
+from typing import NamedTuple
+
 import torch
 
 import kernels
 from model_runtime import lean
 
 
-def rope_tables(positions: torch.Tensor, dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin of shape [*positions.shape, dim/2] in fp32."""
-    inv_freq = 1.0 / theta ** (torch.arange(0, dim, 2, device=positions.device, dtype=torch.float32) / dim)
-    angles = positions.to(torch.float32)[..., None] * inv_freq
-    return angles.cos(), angles.sin()
+class Rope(NamedTuple):
+    """The rotation of one batch's tokens: cos/sin tables [..., R/2] (fp32) per token and, for an
+    inference step on the lean CPU path, the same rotation as one complex table [N, R/2],
+    computed once per step and shared by every layer (None elsewhere)."""
+
+    cos: torch.Tensor
+    sin: torch.Tensor
+    rotation: torch.Tensor | None = None
+
+    def rows(self, index) -> Rope:
+        """The tables of the tokens `index` picks along the token dimension after the batch's."""
+        return Rope(self.cos[:, index], self.sin[:, index])
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Interleaved rotation of the last dim; cos/sin broadcast against x[..., ::2].
+def rope_tables(positions: torch.Tensor, dim: int, theta: float, lean_step: bool = False) -> Rope:
+    """The tables of shape [*positions.shape, dim/2] in fp32; with `lean_step`, their complex
+    form too (`Rope.rotation`)."""
+    angles = positions.to(torch.float32)[..., None] * _inverse_frequencies(dim, theta, positions.device)
+    cos, sin = angles.cos(), angles.sin()
+    return Rope(cos, sin, torch.complex(cos, sin) if lean_step else None)
 
-    Without autograd and for per-row tables ([S, R] or [S, H, R] x with [S, R/2] or [S, 1, R/2]
-    tables) this is the `kernels.rope_interleaved` op on Triton, else its lean torch form
-    (`lean.rope`); the torch form below is the autograd path used in training.
+
+@functools.lru_cache(maxsize=8)
+def _inverse_frequencies(dim: int, theta: float, device: torch.device) -> torch.Tensor:
+    """theta^(-2i/dim) for i < dim/2, fp32: the same few per model, made once (read-only)."""
+    return 1.0 / theta ** (torch.arange(0, dim, 2, device=device, dtype=torch.float32) / dim)
+
+
+def apply_rope(x: torch.Tensor, rope: Rope) -> torch.Tensor:
+    """Interleaved rotation of the last dim of x: its tokens' rows [..., R], or heads [..., H, R]
+    (x has one dimension more than the tables, which broadcast over the heads).
+
+    Without autograd this is, for per-row tables ([S, R] or [S, H, R] x with [S, R/2] tables),
+    the `kernels.rope_interleaved` op on Triton, else its lean torch form (`lean.rope`, or
+    `lean.rotate` with the step's complex table); the torch form below is the autograd path
+    used in training.
     """
-    if not torch.is_grad_enabled() and cos.dtype == torch.float32 and x.shape[0] == cos.shape[0]:
+    cos, sin = rope.cos, rope.sin
+    heads = x.dim() > cos.dim()
+    if not torch.is_grad_enabled() and cos.dtype == torch.float32 and x.shape[0] == cos.shape[0] and cos.dim() == 2:
+        if rope.rotation is not None and not torch.compiler.is_dynamo_compiling():
+            return lean.rotate(x, rope.rotation)
         rotate = kernels.rope_interleaved if kernels.runs_triton(x) else lean.rope
-        if x.dim() == 2 and cos.dim() == 2:
+        if x.dim() == 2:
             return rotate(x[:, None], cos, sin)[:, 0]
-        if x.dim() == 3 and cos.dim() == 3 and cos.shape[1] == 1:
-            return rotate(x, cos[:, 0], sin[:, 0])
+        if x.dim() == 3:
+            return rotate(x, cos, sin)
+    if heads:
+        cos, sin = cos.unsqueeze(-2), sin.unsqueeze(-2)
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     a, b = x[..., 0::2], x[..., 1::2]
     return torch.stack((a * cos - b * sin, b * cos + a * sin), dim=-1).flatten(-2)

@@ -168,7 +168,7 @@ class Steering:
         rows = logits[: len(tokens)].float()
         lse = rows.logsumexp(-1)
         before = self.logprobs[seq.request_id]
-        self.logprobs[seq.request_id] += float((rows[torch.arange(len(tokens)), torch.tensor(tokens)] - lse).sum())
+        self.logprobs[seq.request_id] += float((rows.gather(1, torch.tensor(tokens)[:, None]).squeeze(1) - lse).sum())
         monitor = self.monitors.get(seq.request_id)
         base = monitor.fork() if monitor is not None else None
         if monitor is not None:

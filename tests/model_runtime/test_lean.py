@@ -143,6 +143,24 @@ def test_rms_norm_and_rope_match_the_references(dtype):
     )
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rotate_with_a_complex_table_matches_the_reference_on_strided_slices(dtype):
+    """The step's complex table rotates q's rope slice in place of its strides, a slice at an odd
+    offset (copied first) and 2-D key rows, as the reference rotates a copy."""
+    g = torch.Generator().manual_seed(4)
+    angles = torch.rand(5, 4, generator=g) * 6
+    cos, sin = angles.cos(), angles.sin()
+    table = torch.complex(cos, sin)
+    wide = torch.randn(5, 3, 25, generator=g).to(dtype)
+    before = wide.clone()
+    for x in (wide[..., 8:16], wide[..., 1:9], wide[:, 0, 16:24]):
+        heads = x if x.dim() == 3 else x[:, None]
+        expected = rope_interleaved_ref(heads.contiguous(), cos, sin)
+        got = lean.rotate(x, table)
+        assert torch.equal(got if x.dim() == 3 else got[:, None], expected)
+    assert torch.equal(wide, before)  # nothing written into x
+
+
 def _run(loaded, prompt: list[int], new: int) -> tuple[list[int], list[torch.Tensor]]:
     """Greedy tokens and every step's logits of one request through the engine."""
     engine = Engine(loaded, EngineConfig(max_cache_tokens=1024))
