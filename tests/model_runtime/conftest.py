@@ -54,8 +54,10 @@ def tiny_ckpt(tmp_path_factory):
     return make_tiny_checkpoint(tmp_path_factory.mktemp("tiny"))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def tiny(tiny_ckpt):
+    """The tiny checkpoint, loaded afresh for each test module: an engine prepares its model for
+    decoding (weights fused and laid out anew), which changes the low bits of what it computes."""
     from model_runtime import load_model
 
     return load_model(tiny_ckpt)
