@@ -20,6 +20,9 @@ Invariants:
   index_topk keys it is skipped, because DSA is then exactly dense causal attention.
 - The router computes in fp32; selection uses `e_score_correction_bias`, weights do not.
 - Parameter names follow the HF checkpoint below the block level; the loader maps the rest.
+- Once an engine has prepared the model (`ensure_fused`), its weights are frozen; a small fp32
+  model on the CPU then stores the weights its decode steps read input-major, which changes
+  the low bits of what every path computes, not the maths.
 """
 
 from __future__ import annotations
@@ -348,7 +351,7 @@ def _input_major(weight: torch.Tensor) -> torch.Tensor:
 
 def _lay_out_input_major(*linears: nn.Linear) -> None:
     for linear in linears:
-        linear.weight = nn.Parameter(_input_major(linear.weight.detach()), requires_grad=False)
+        linear.weight = nn.Parameter(_input_major(linear.weight.detach()), requires_grad=linear.weight.requires_grad)
 
 
 def _causal_mask(B: int, T: int, valid: torch.Tensor | None, device) -> torch.Tensor:

@@ -8,7 +8,8 @@ Invariants:
   the engine applies the outcome.
 - All tensors of a step are built here, once, and shared by every layer.
 - The model's projections that share an input are fused once, when the first runner is built
-  (`Transformer.fuse_for_inference`): the weights are frozen from then on.
+  (`Transformer.fuse_for_inference`), and a small fp32 model's decode weights are stored
+  input-major for the CPU (`Transformer.lay_out_for_decode`): the weights are frozen from then on.
 - With `compiled` set (the engine's `compile_decode`), the decode steps it covers run compiled
   once its background compile has finished; every other step, and every step before, eager.
 """
