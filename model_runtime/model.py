@@ -339,8 +339,8 @@ _SCORE_BYTES = 256 << 20
 _CAUSAL_ROWS = 128  # queries attended at a time: each block of rows skips the keys after its last (a prefill does ~60% of the dense work)
 FUSE_EXPERTS_BYTES = 256 << 20  # routed experts' gate+up bytes per layer up to which they are fused
 # fp32 CPU weights up to which `lay_out_for_decode` copies them input-major: the copies cost
-# ~0.5-0.8 ms per MB once, when the first engine starts (the embedded model's 67 MB: 23-47 ms;
-# the benchmarks' mid model, 266 MB: 123-218 ms, more than its first completion's decode steps gain)
+# ~0.3-1 ms per MB once, when the first engine starts (the embedded model's 67 MB: 23-68 ms;
+# the benchmarks' mid model, 266 MB: 123-254 ms, more than its first completion's decode steps gain)
 INPUT_MAJOR_BYTES = 128 << 20
 
 
