@@ -5,8 +5,8 @@ temporaries and recompute each sequence's key slots from the block table on ever
 for an op library, but in a decode step that is a few thousand small operations for a handful
 of tokens. These functions do the same maths without that bookkeeping, using what `PagedBatch`
 computed once for the step:
-- `rms_norm`, `rope`: the references' arithmetic, no validation or chunking; `rotate`: `rope`
-  with the step's complex table made once;
+- `rms_norm`, `rope`: the references' arithmetic, no validation or chunking; `rotate`: `rope`'s
+  product with a complex table the caller made (a lean step makes one for all its layers);
 - `decode_topk`, `decode_attention`: the DSA indexer's top-k and sparse MLA attention for a step
   in which every sequence feeds a few tokens (a decode step, or one verifying an MTP draft),
   each query over its own key slots (its sequence's keys up to its position); the top-k reads
@@ -41,20 +41,20 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """x [S, H, R] interleaved pairs rotated by cos/sin [S, R/2] (fp32), in x's dtype: the
-    complex product of `kernels.rope_interleaved_ref` (under `torch.compile`, whose code
-    generation has no complex numbers, the same product in real arithmetic)."""
+    complex product of `kernels.rope_interleaved_ref`, through `rotate` with a table made for
+    this call (under `torch.compile`, whose code generation has no complex numbers, the same
+    product in real arithmetic)."""
     if torch.compiler.is_dynamo_compiling():
         a, b = x.float()[..., 0::2], x.float()[..., 1::2]
         c, s = cos[:, None, :], sin[:, None, :]
         return torch.stack((a * c - b * s, b * c + a * s), dim=-1).flatten(2).to(x.dtype)
-    pairs = torch.view_as_complex(x.float().unflatten(2, (x.shape[2] // 2, 2)).contiguous())
-    return torch.view_as_real(pairs * torch.complex(cos, sin)[:, None, :]).flatten(2).to(x.dtype)
+    return rotate(x, torch.complex(cos, sin))
 
 
 def rotate(x: torch.Tensor, rotation: torch.Tensor) -> torch.Tensor:
-    """`rope` with the step's tables as one complex table [S, R/2] (`torch.complex(cos, sin)`,
-    made once per step), for x [S, R] or [S, H, R]: the same product, without building the
-    table or copying x for each call (x's pairs are read in place where its strides allow)."""
+    """x [S, R] or [S, H, R] interleaved pairs rotated by a complex table [S, R/2]
+    (`torch.complex(cos, sin)`; a lean step makes it once, `Rope.rotation`), in x's dtype; x's
+    pairs are read in place where its strides allow, else from a copy."""
     pairs = (x if x.dtype == torch.float32 else x.float()).unflatten(-1, (-1, 2))
     if pairs.storage_offset() % 2 or any(stride % 2 for stride in pairs.stride()[:-2]):
         pairs = pairs.contiguous()

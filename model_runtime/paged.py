@@ -126,11 +126,12 @@ class PagedBatch:
             starts.append(starts[-1] + e - s)
         dense = t_max <= index_topk
         max_new = max(e - s for s, e in spans)
-        expand = cost is not None and t_max * cost.expanded_key_bytes <= EXPANDED_BYTES and not kernels.runs_triton(positions)
+        on_triton = kernels.runs_triton(positions)
+        expand = cost is not None and t_max * cost.expanded_key_bytes <= EXPANDED_BYTES and not on_triton
         if expand and not dense:
             expand = sum(cost.expanded(e - s, e) for s, e in spans) <= sum(cost.absorbed(e - s, min(e, index_topk)) for s, e in spans)
         absorbed = {"absorbed": True, "expanded": False}.get(attention, not (dense or expand) or max_new <= 16)
-        lean_step = max_new <= LEAN_MAX_NEW and not kernels.runs_triton(positions)
+        lean_step = max_new <= LEAN_MAX_NEW and not on_triton
         tables = rope_tables(positions, *rope, lean_step=lean_step)
         return cls(positions, slot_mapping, seq_ids, starts, lens, key_slots, table, block_size, tables, dense, absorbed, lean_step)
 
