@@ -324,9 +324,11 @@ class EngineClient:
         return result
 
     async def score(self, request: ScoreRequest, timeout: float = 30.0) -> list[ContinuationScore]:
-        """Score continuations of one prompt (off the loop). An engine failure or timeout becomes
-        `GenerationFailed`; an engine without scoring raises NotImplementedError."""
+        """Score continuations of one prompt (off the loop), once the KV store is bound as for
+        `generate` (else a prompt cached on disk would be prefilled again). An engine failure or
+        timeout becomes `GenerationFailed`; an engine without scoring raises NotImplementedError."""
         handle = await self.ready()
+        await self._store_bound()
         score = getattr(handle.engine, "score", None)
         if score is None or not self._scores:
             raise NotImplementedError(f"this engine ({type(handle.engine).__name__}) does not score continuations")
@@ -372,7 +374,7 @@ class EngineClient:
         return await asyncio.to_thread(self._handle.engine.cache_stats) if self._handle is not None else {}
 
     def expect_store(self) -> None:
-        """From now on `generate` waits (bounded) for the next `open_workspace` to finish."""
+        """From now on `generate` and `score` wait (bounded) for the next `open_workspace` to finish."""
         if self._store is None or self._store.is_set():
             self._store = asyncio.Event()
 
@@ -400,6 +402,12 @@ class EngineClient:
         if self._handle is None or not prompt_ids:
             return None
         return await asyncio.to_thread(self._handle.engine.prefill, prompt_ids)
+
+    @property
+    def scores_beside_steps(self) -> bool:
+        """Whether a score runs beside the engine's decode steps, on another core, and leaves a
+        prompt that is not cached alone (`ScoreRequest.max_prefill`): the in-process engine."""
+        return self.can_score and bool(getattr(self._handle.engine, "scores_beside_steps", False))
 
     @property
     def can_score(self) -> bool:

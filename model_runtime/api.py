@@ -178,10 +178,19 @@ class ScoreRequest:
     request_id: str
     prompt_ids: tuple[int, ...]
     continuations: tuple[tuple[int, ...], ...]
+    # the most prompt tokens this score may prefill itself; where more are not cached, an engine
+    # that honours it raises PromptNotCached (None: it prefills whatever is missing)
+    max_prefill: int | None = None
 
     def __post_init__(self) -> None:
         if not self.prompt_ids:
             raise ValueError("a ScoreRequest needs a non-empty prompt")
+        if self.max_prefill is not None and self.max_prefill < 0:
+            raise ValueError(f"max_prefill must be >= 0 or None, got {self.max_prefill}")
+
+
+class PromptNotCached(RuntimeError):
+    """A score with `max_prefill` whose prompt has more tokens missing from the KV cache."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,8 +5,10 @@ and may `abort` them; the engine thread runs steps, checks aborts between steps,
 `StreamEvent`s and ends every request with exactly one `GenerationResult`.
 
 Invariants:
-- Only the engine thread touches the model, the cache and the scheduler. Other threads talk to
-  it through `self._commands`; callbacks run on the engine thread.
+- Only the engine thread touches the scheduler and the block tables, and runs the model's steps.
+  Other threads talk to it through `self._commands`; callbacks run on the engine thread. The one
+  forward elsewhere is a score's (`score`): it runs on the caller's thread, over blocks the
+  engine thread reserved for it and gets back afterwards (`scoring.Reservation`).
 - An abort takes effect before the next step: an aborted request never decodes again and its
   cache blocks are released at once.
 - A request with a decode budget (`SamplingParams.max_decode_ms`) starts no step that would end
@@ -56,7 +58,7 @@ from model_runtime.kvstore.tiers import CacheTiers
 from model_runtime.latency import budget_spent, confidence_collapsed
 from model_runtime.model_runner import Feed, ModelRunner, StepOutput
 from model_runtime.scheduler import Scheduler, Step
-from model_runtime.scoring import score_continuations
+from model_runtime.scoring import Reservation, score_continuations
 from model_runtime.sequence import Sequence, SequenceStatus
 from model_runtime.steering import Steering
 from model_runtime.text import TextState
@@ -201,12 +203,26 @@ class Engine:
     def cache_stats(self) -> dict[str, int]:
         return self.call(self.tiers.stats)
 
+    scores_beside_steps = True  # `score`'s forward runs on the caller's thread, and it honours `max_prefill`
+
     def score(self, request: ScoreRequest, timeout: float = 30.0) -> list[ContinuationScore]:
         """Log-probabilities of each continuation after the prompt, in one batched forward over
-        the prompt's shared KV blocks (`model_runtime.scoring`); same order as the request."""
+        the prompt's shared KV blocks (`model_runtime.scoring`); same order as the request.
+
+        The engine thread takes the blocks (and prefills what the prefix cache lacks); the
+        forward then runs on the calling thread, beside the engine thread's steps (on another
+        core), and the blocks go back through the command queue, after the take in its order
+        (also when the take timed out: it releases whatever the take holds by then)."""
         if self._thread is not None and threading.current_thread() is self._thread:
             raise RuntimeError("score waits for the engine thread, so it cannot run on it")
-        return self.call(lambda: score_continuations(self, request), timeout)
+        if self._thread is None:
+            return score_continuations(self, request)
+        held = Reservation(request)
+        try:
+            self.call(lambda: held.take(self), timeout)
+            return held.run(self)
+        finally:
+            self._enqueue(("call", (lambda: held.release(self), threading.Event(), {})))
 
     def prefill(self, prompt_ids: Iterable[int], timeout: float = WAIT_S) -> GenerationResult:
         """Only fill the KV cache with `prompt_ids` (nothing is sampled), at low priority, and wait

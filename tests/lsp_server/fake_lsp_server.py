@@ -14,6 +14,7 @@ environment variable GLM5_FAKE, a JSON object:
     scores   [[substring, logprob per token], ...]: the engine also scores continuations
              (`scoring_fakes.ScoringFakeEngine`; `score_default` for the rest, default -5.0;
              `score_s` seconds each scoring call takes, default 0.0)
+    beside   with scores: the engine scores beside its decode steps, each continuation once
     watcher_fails  the file watcher's start raises (as on a vanished root or the inotify limit)
     stats_gate     a path: the engine's cache_stats blocks until that file exists (at most 60 s)
     parse_gate     a path: a tree-sitter parse of over 500,000 bytes blocks until that file exists
@@ -61,7 +62,8 @@ def main() -> None:
         if "scores" in config:
             rules = [(needle, float(lp)) for needle, lp in config["scores"]]
             engine = ScoringFakeEngine(
-                tokenizer, script, rules, float(config.get("score_default", -5.0)), step_s, store_s, float(config.get("score_s", 0.0))
+                tokenizer, script, rules, float(config.get("score_default", -5.0)), step_s, store_s, float(config.get("score_s", 0.0)),
+                bool(config.get("beside")),
             )
         else:
             engine = FakeEngine(tokenizer, script, step_s=step_s, store_s=store_s)

@@ -2,11 +2,14 @@
 
 Each continuation is decoded (special tokens dropped) and gets a per-token log-probability from
 the first rule whose substring it contains, else `default`; the total is that times its length.
-Scoring may be slowed down with `score_s` (seconds per call).
+Scoring may be slowed down with `score_s` (seconds per call). With `beside`, the engine says it
+scores beside its decode steps (`scores_beside_steps`, as the in-process engine does) and refuses
+(RuntimeError) to score one continuation of one prompt twice; every call is logged.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 
 from lsp_fakes import FakeEngine, Script
@@ -14,19 +17,25 @@ from lsp_fakes import FakeEngine, Script
 from model_runtime.api import ContinuationScore, ScoreRequest
 from model_runtime.tokenizer import GlmTokenizer
 
+log = logging.getLogger(__name__)
 
 class ScoringFakeEngine(FakeEngine):
     def __init__(
         self, tokenizer: GlmTokenizer, script: Script, rules: list[tuple[str, float]], default: float, step_s: float = 0.0, store_s: float = 0.0,
-        score_s: float = 0.0,
+        score_s: float = 0.0, beside: bool = False,
     ) -> None:
         super().__init__(tokenizer, script, step_s, store_s)
         self.rules = rules
         self.default = default
         self.score_s = score_s
+        self.scores_beside_steps = beside
         self.scored: list[ScoreRequest] = []
 
     def score(self, request: ScoreRequest, timeout: float = 30.0) -> list[ContinuationScore]:
+        log.info("fake scored %s: %s", request.request_id, [self.tokenizer.decode(list(c)) for c in request.continuations])
+        done = {(r.prompt_ids, c) for r in self.scored for c in r.continuations}
+        if self.scores_beside_steps and any((request.prompt_ids, c) in done for c in request.continuations):
+            raise RuntimeError("a continuation scored twice")
         self.scored.append(request)
         time.sleep(self.score_s)
         found = []

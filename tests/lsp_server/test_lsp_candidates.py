@@ -27,13 +27,15 @@ WEIGHTS = Path(__file__).parent / "data" / "rerank-weights.json"  # these tests'
 OFF = {"numCandidates": 1, "retrieval": False, "rerank": False, "abstain": False, "constraints": False}
 
 
-async def _session(tmp_path: Path, scores: list[list[object]] | None, options: dict[str, object] | None = None) -> tuple[Session, str]:
+async def _session(
+    tmp_path: Path, scores: list[list[object]] | None, options: dict[str, object] | None = None, beside: bool = False
+) -> tuple[Session, str]:
     root = tmp_path / "ws"
     root.mkdir()
     (root / "geometry.py").write_text(GEOMETRY)
     fake: dict[str, object] = {"text": MODEL}
     if scores is not None:
-        fake |= {"scores": scores, "score_default": UNLIKELY}
+        fake |= {"scores": scores, "score_default": UNLIKELY, "beside": beside}
     settings = {"debounceMs": 0, "rerankWeights": str(WEIGHTS), **(options or {})}
     session = await Session.start_fake(root, fake, settings)
     await session.wait_ready()
@@ -50,6 +52,23 @@ async def test_reranking_shows_the_likely_retrieval_candidate_over_the_models_te
         assert _texts(await session.inline(uri, 4, 13)) == ["centroid(points)"]
     finally:
         assert await session.stop() == 0
+
+
+@pytest.mark.parametrize("beside", [False, True], ids=["after the decode", "beside the decode"])
+async def test_an_engine_scoring_beside_the_decode_gets_the_retrieval_candidates_first_and_each_once(tmp_path: Path, beside: bool) -> None:
+    """With an engine that scores beside its decode steps, the retrieval candidates are scored
+    while the model decodes and only the model's own after it (the fake refuses a second score of
+    one continuation, which would leave the model's text shown): the answer is the same."""
+    session, uri = await _session(tmp_path, [["centroid(points)", LIKELY]], {"abstain": False}, beside=beside)
+    try:
+        assert _texts(await session.inline(uri, 4, 13)) == ["centroid(points)"]
+    finally:
+        assert await session.stop() == 0
+    calls = [line for line in (tmp_path / "ws.log").read_text().splitlines() if "fake scored" in line]
+    early = [line for line in calls if "-retrieved-score" in line]
+    assert len(early) == beside and len(calls) == 1 + beside
+    if beside:
+        assert "centroid(points)" in early[0] and "centroid(points)" not in calls[-1]
 
 
 def _weights(tmp_path: Path, threshold: float, **changed: float) -> dict[str, object]:
