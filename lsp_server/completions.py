@@ -276,14 +276,14 @@ class Completions:
         async def run() -> None:
             try:
                 began = time.perf_counter()
-                retrieved = candidates.score_retrieved(engine, plan, prepared, tokenizer, request_id)  # beside the decode
+                beside = candidates.score_retrieved(engine, plan, prepared, tokenizer, request_id)  # scored during the decode
                 result = await engine.generate(plan.request(request_id, prepared.sampling), on_raw)
                 flight.generate_s = time.perf_counter() - began
                 if result.finish_reason is FinishReason.ABORT:
                     text = "" if plan.gated else pipeline.finish(prepared, result.text)
                 else:
                     settling = time.perf_counter()
-                    text = (await candidates.settle(engine, plan, prepared, result, tokenizer, prescored, retrieved)).text
+                    text = (await candidates.settle(engine, plan, prepared, result, tokenizer, prescored, beside)).text
                     flight.settle_s = time.perf_counter() - settling
             except BaseException as exc:
                 flight.done.set_exception(exc)

@@ -15,6 +15,7 @@ environment variable GLM5_FAKE, a JSON object:
              (`scoring_fakes.ScoringFakeEngine`; `score_default` for the rest, default -5.0;
              `score_s` seconds each scoring call takes, default 0.0)
     beside   with scores: the engine scores beside its decode steps, each continuation once
+    refuse   with scores: the engine refuses to score requests whose id contains this text
     watcher_fails  the file watcher's start raises (as on a vanished root or the inotify limit)
     stats_gate     a path: the engine's cache_stats blocks until that file exists (at most 60 s)
     parse_gate     a path: a tree-sitter parse of over 500,000 bytes blocks until that file exists
@@ -63,7 +64,7 @@ def main() -> None:
             rules = [(needle, float(lp)) for needle, lp in config["scores"]]
             engine = ScoringFakeEngine(
                 tokenizer, script, rules, float(config.get("score_default", -5.0)), step_s, store_s, float(config.get("score_s", 0.0)),
-                bool(config.get("beside")),
+                bool(config.get("beside")), config.get("refuse"),
             )
         else:
             engine = FakeEngine(tokenizer, script, step_s=step_s, store_s=store_s)

@@ -28,14 +28,15 @@ OFF = {"numCandidates": 1, "retrieval": False, "rerank": False, "abstain": False
 
 
 async def _session(
-    tmp_path: Path, scores: list[list[object]] | None, options: dict[str, object] | None = None, beside: bool = False
+    tmp_path: Path, scores: list[list[object]] | None, options: dict[str, object] | None = None, beside: bool = False,
+    refuse: str | None = None,
 ) -> tuple[Session, str]:
     root = tmp_path / "ws"
     root.mkdir()
     (root / "geometry.py").write_text(GEOMETRY)
     fake: dict[str, object] = {"text": MODEL}
     if scores is not None:
-        fake |= {"scores": scores, "score_default": UNLIKELY, "beside": beside}
+        fake |= {"scores": scores, "score_default": UNLIKELY, "beside": beside, "refuse": refuse}
     settings = {"debounceMs": 0, "rerankWeights": str(WEIGHTS), **(options or {})}
     session = await Session.start_fake(root, fake, settings)
     await session.wait_ready()
@@ -69,6 +70,17 @@ async def test_an_engine_scoring_beside_the_decode_gets_the_retrieval_candidates
     assert len(early) == beside and len(calls) == 1 + beside
     if beside:
         assert "centroid(points)" in early[0] and "centroid(points)" not in calls[-1]
+
+
+async def test_retrieval_candidates_whose_scoring_beside_the_decode_failed_are_scored_after_it(tmp_path: Path) -> None:
+    session, uri = await _session(tmp_path, [["centroid(points)", LIKELY]], {"abstain": False}, beside=True, refuse="-retrieved")
+    try:
+        assert _texts(await session.inline(uri, 4, 13)) == ["centroid(points)"]
+    finally:
+        assert await session.stop() == 0
+    calls = [line for line in (tmp_path / "ws.log").read_text().splitlines() if "fake scored" in line]
+    assert len(calls) == 3 and "-retrieved-score" in calls[0] and "-again-score" in calls[2]
+    assert "centroid(points)" in calls[2] and "centroid(points)" not in calls[1]
 
 
 def _weights(tmp_path: Path, threshold: float, **changed: float) -> dict[str, object]:
