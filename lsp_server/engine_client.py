@@ -405,8 +405,9 @@ class EngineClient:
 
     @property
     def scores_beside_steps(self) -> bool:
-        """Whether a score runs beside the engine's decode steps, on another core, and leaves a
-        prompt that is not cached alone (`ScoreRequest.max_prefill`): the in-process engine."""
+        """Whether a score started during a decode runs beside its steps, on another core, and
+        pays off; such an engine leaves a prompt that is not cached alone (`ScoreRequest.max_prefill`).
+        The in-process engine, for a model over `engine.BESIDE_MIN_BYTES`."""
         return self.can_score and bool(getattr(self._handle.engine, "scores_beside_steps", False))
 
     @property

@@ -71,6 +71,11 @@ log = logging.getLogger(__name__)
 IDLE_PERSIST_S = 1.0  # idle time before unsaved KV blocks are written to the workspace's disk store
 IDLE_PERSIST_BLOCKS = 16  # blocks written per idle batch (the command queue is checked between)
 WAIT_S = 600.0  # the longest any caller waits for the engine thread (a call, a prefill, a warm-up forward)
+# A model whose weights take more than this gets its candidates scored beside the decode steps
+# (`scores_beside_steps`): its forwards are matrix work that a second core takes on. A smaller
+# one's steps are mostly the interpreter's, which a second thread's forward only contends for
+# (the embedded model's typing with every request scored: p95 up 5-76 ms in five runs).
+BESIDE_MIN_BYTES = 128 << 20
 
 
 class EngineStopped(RuntimeError):
@@ -90,6 +95,8 @@ class Engine:
         self.blocks.cold = self.tiers
         self.scheduler = Scheduler(self.config, self.blocks)
         self.runner = ModelRunner(loaded.model, self.cache, self.config, loaded.device)
+        weights = sum(p.numel() * p.element_size() for p in loaded.model.parameters())
+        self.scores_beside_steps = weights > BESIDE_MIN_BYTES  # a score started during a decode pays off
         if self.config.compile_decode:
             self.runner.compiled = loaded.compiled_decode(self.config.block_size, self.config.compile_cache_dir or None)
             alive = weakref.ref(self)  # the compile (one per model) must not keep this engine alive
@@ -203,16 +210,15 @@ class Engine:
     def cache_stats(self) -> dict[str, int]:
         return self.call(self.tiers.stats)
 
-    scores_beside_steps = True  # `score`'s forward runs on the caller's thread, and it honours `max_prefill`
-
     def score(self, request: ScoreRequest, timeout: float = 30.0) -> list[ContinuationScore]:
         """Log-probabilities of each continuation after the prompt, in one batched forward over
         the prompt's shared KV blocks (`model_runtime.scoring`); same order as the request.
 
-        The engine thread takes the blocks (and prefills what the prefix cache lacks); the
-        forward then runs on the calling thread, beside the engine thread's steps (on another
-        core), and the blocks go back through the command queue, after the take in its order
-        (also when the take timed out: it releases whatever the take holds by then)."""
+        The engine thread takes the blocks (and prefills what the prefix cache lacks, at most
+        `max_prefill` tokens); the forward then runs on the calling thread, beside the engine
+        thread's steps (on another core), and the blocks go back through the command queue, after
+        the take in its order (also when the take timed out: it releases whatever the take holds
+        by then). `scores_beside_steps` says whether starting a score during a decode pays off."""
         if self._thread is not None and threading.current_thread() is self._thread:
             raise RuntimeError("score waits for the engine thread, so it cannot run on it")
         if self._thread is None:

@@ -10,6 +10,7 @@ import pytest
 
 from model_runtime.api import GenerationRequest, PromptNotCached, SamplingParams, ScoreRequest
 from model_runtime.config import EngineConfig
+from model_runtime import engine as engine_module
 from model_runtime.engine import Engine
 
 CFG = EngineConfig(block_size=16, max_cache_tokens=2048)
@@ -98,3 +99,11 @@ def test_a_score_that_cannot_take_its_blocks_gives_back_what_it_took(tiny):
 def test_max_prefill_must_not_be_negative():
     with pytest.raises(ValueError, match="max_prefill"):
         ScoreRequest("bad", (1,), ((2,),), max_prefill=-1)
+
+
+def test_only_an_engine_with_a_large_model_has_scores_started_beside_its_decode(tiny, monkeypatch):
+    """A small model's steps are mostly the interpreter's, which a second thread's forward would
+    contend for: its engine says no, and the server scores after the decode."""
+    assert Engine(tiny, CFG).scores_beside_steps is False
+    monkeypatch.setattr(engine_module, "BESIDE_MIN_BYTES", 0)
+    assert Engine(tiny, CFG).scores_beside_steps is True
