@@ -68,7 +68,9 @@ class Reservation:
             self.tables.append(alloc.block_table)
             missing = len(prompt) - 1 - alloc.cached_tokens
             if request.max_prefill is not None and missing > request.max_prefill:
-                raise PromptNotCached(f"score {request.request_id}: {missing} prompt tokens are not cached (at most {request.max_prefill} may be prefilled)")
+                raise PromptNotCached(
+                    f"score {request.request_id}: {missing} prompt tokens are not cached (at most {request.max_prefill} may be prefilled)"
+                )
             _prefill(engine, prompt, alloc.block_table, alloc.hashes, alloc.cached_tokens)
             for i, cont in enumerate(request.continuations):
                 if not cont:
