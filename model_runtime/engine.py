@@ -95,8 +95,7 @@ class Engine:
         self.blocks.cold = self.tiers
         self.scheduler = Scheduler(self.config, self.blocks)
         self.runner = ModelRunner(loaded.model, self.cache, self.config, loaded.device)
-        weights = sum(p.numel() * p.element_size() for p in loaded.model.parameters())
-        self.scores_beside_steps = weights > BESIDE_MIN_BYTES  # a score started during a decode pays off
+        self.scores_beside_steps = loaded.model.weight_bytes() > BESIDE_MIN_BYTES  # a score started during a decode pays off
         if self.config.compile_decode:
             self.runner.compiled = loaded.compiled_decode(self.config.block_size, self.config.compile_cache_dir or None)
             alive = weakref.ref(self)  # the compile (one per model) must not keep this engine alive

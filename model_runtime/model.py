@@ -665,6 +665,10 @@ class Transformer(nn.Module):
         if not self.laid_out:
             self.lay_out_for_decode()
 
+    def weight_bytes(self) -> int:
+        """Bytes of every parameter (the engine's layout and scoring choices follow it)."""
+        return sum(w.numel() * w.element_size() for w in self.parameters())
+
     def lay_out_for_decode(self, max_bytes: int = INPUT_MAJOR_BYTES) -> None:
         """Store the weights that a paged step reads through `F.linear` input-major ([in, out]
         contiguous, the [out, in] matrix a view of it), where the model is fp32 on the CPU and
@@ -680,7 +684,7 @@ class Transformer(nn.Module):
         weights = list(self.parameters())
         if any(w.device.type != "cpu" or w.dtype != torch.float32 for w in weights):
             return
-        if sum(w.numel() * w.element_size() for w in weights) > max_bytes:
+        if self.weight_bytes() > max_bytes:
             return
         for module in self.modules():
             if isinstance(module, (MLA, MLP)):
