@@ -2,15 +2,17 @@
 
 Role: an ordered list of small pure filters (tabby-agent style), each `(text, ctx) -> text`:
  1. `strip_special_tokens`      cut at the first special-token text (eos, FIM, role markers)
- 2. `cut_to_single_line`        single-line requests keep only the first line
- 3. `limit_to_block`            multi-line requests stop where the enclosing block ends
+ 2. `continue_typed_line`       after typed code, the text continues that line: no second
+                                indentation, no re-typed line
+ 3. `cut_to_single_line`        single-line requests keep only the first line
+ 4. `limit_to_block`            multi-line requests stop where the enclosing block ends
                                 (indentation for Python, bracket depth everywhere)
- 4. `drop_repetitive_lines`     cut where the model starts looping over the same lines
- 5. `drop_duplicate_suffix_lines`  never re-type the lines that follow the cursor
- 6. `drop_line_suffix_overlap`  never re-type the rest of the cursor line
- 7. `drop_unmatched_closers`    drop closing brackets/quotes the rest of the line already has
- 8. `trim_trailing_whitespace`
- 9. `drop_empty`                whitespace only → ""
+ 5. `drop_repetitive_lines`     cut where the model starts looping over the same lines
+ 6. `drop_duplicate_suffix_lines`  never re-type the lines that follow the cursor
+ 7. `drop_line_suffix_overlap`  never re-type the rest of the cursor line
+ 8. `drop_unmatched_closers`    drop closing brackets/quotes the rest of the line already has
+ 9. `trim_trailing_whitespace`
+10. `drop_empty`                whitespace only → ""
 
 Invariants: every filter is pure and total (any string in, a string out, never longer than its
 input); `postprocess` applies them in this order.
@@ -69,6 +71,39 @@ Filter = Callable[[str, PostContext], str]
 def strip_special_tokens(text: str, ctx: PostContext) -> str:
     match = SPECIAL_TOKEN.search(text)
     return text[: match.start()] if match else text
+
+
+def continue_typed_line(text: str, ctx: PostContext) -> str:
+    """After typed code on the cursor line, make the text continue that line. A model trained on
+    whole-line middles writes a fresh line there: indentation first (`s += ` -> `            s +=
+    1`), often re-typing what was typed. Inserted at the cursor that reads `s +=             s +=
+    1`, so: a re-typed line keeps only what it adds, and the leading run of spaces shrinks to
+    what the junction needs (none after a space, at most one after code)."""
+    typed = ctx.line_prefix.strip()
+    if not typed:
+        return text
+    first, newline, rest = text.partition("\n")
+    body = first.lstrip(" \t")
+    if not body:
+        return text
+    lead = first[: len(first) - len(body)]
+    if lead and body.startswith(typed) and (typed[-1:].isspace() or not _joins_word(typed, body[len(typed) :])):
+        body = body[len(typed) :]
+        lead = body[: len(body) - len(body.lstrip(" \t"))]
+        body = body.lstrip(" \t")
+        if not body:
+            return ""
+    if ctx.line_prefix[-1:] in (" ", "\t"):
+        lead = ""
+    elif len(lead) > 1:
+        lead = " "
+    return lead + body + newline + rest
+
+
+def _joins_word(typed: str, after: str) -> bool:
+    """Whether `after` would extend the last word of `typed` (`ret` + `urn`): then the text is not
+    a re-typed copy of the line but a longer word."""
+    return bool(after) and (typed[-1].isalnum() or typed[-1] == "_") and (after[0].isalnum() or after[0] == "_")
 
 
 def cut_to_single_line(text: str, ctx: PostContext) -> str:
@@ -158,6 +193,7 @@ def drop_empty(text: str, ctx: PostContext) -> str:
 
 FILTERS: tuple[Filter, ...] = (
     strip_special_tokens,
+    continue_typed_line,
     cut_to_single_line,
     limit_to_block,
     drop_repetitive_lines,
