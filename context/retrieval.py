@@ -30,6 +30,7 @@ from __future__ import annotations
 import heapq
 import os
 import re
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
@@ -48,6 +49,9 @@ WINDOW_FLOOR = 0.5  # "similar-window" widens only matches whose line scores at 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 _DEF = re.compile(r"\bdef\s+([A-Za-z_]\w*)\s*\(([^)]*)\)", re.S)
 _IDENT = re.compile(r"[A-Za-z_]\w*")
+IMPORTS_TTL_S = 10.0
+IMPORTS_KEPT = 32
+_IMPORTS: dict[tuple[str, str, tuple[str, ...]], tuple[float, tuple[Import, ...]]] = {}  # see `_imports`
 TextSource = Callable[[str], str | None]
 
 
@@ -370,8 +374,36 @@ def call_candidates(site: Site, index: WorkspaceIndex | None, limit: int) -> lis
 
 
 def _imports(site: Site, index: WorkspaceIndex) -> tuple[Import, ...]:
-    """The imports of the open buffer (the index may not have seen its latest text)."""
-    return extract_tags(site.snapshot, index.resolver).imports
+    """The imports of the open buffer (the index may not have seen its latest text). Tagging the
+    whole buffer costs a few milliseconds a hundred lines and every keystroke asks: a Python
+    buffer's imports are kept while its import lines stay the same, for at most
+    `IMPORTS_TTL_S` (a file created meanwhile may make an import resolve)."""
+    snapshot = site.snapshot
+    if site.language != "python" or not snapshot.path:
+        return extract_tags(snapshot, index.resolver).imports
+    key = (snapshot.path, _import_lines(snapshot.text), index.resolver.roots)
+    now = time.monotonic()
+    kept = _IMPORTS.get(key)
+    if kept is not None and now - kept[0] < IMPORTS_TTL_S:
+        return kept[1]
+    imports = extract_tags(snapshot, index.resolver).imports
+    if len(_IMPORTS) >= IMPORTS_KEPT:
+        _IMPORTS.pop(next(iter(_IMPORTS)))
+    _IMPORTS[key] = (now, imports)
+    return imports
+
+
+def _import_lines(text: str) -> str:
+    """The lines of Python `text` that import (with the lines a parenthesised import continues
+    on): what `_imports`'s result depends on."""
+    kept: list[str] = []
+    depth = 0
+    for line in text.split("\n"):
+        body = line.strip()
+        if depth > 0 or body.startswith(("import ", "from ")):
+            kept.append(body)
+            depth = max(0, depth + body.count("(") - body.count(")"))
+    return "\n".join(kept)
 
 
 def _parameters(index: WorkspaceIndex, name: str, file: str) -> list[str] | None:
