@@ -13,12 +13,14 @@ Metrics per set and row: exact match (trailing whitespace ignored, indentation c
 first-identifier match, edit similarity (1 - Levenshtein / longer length), pass@1 (HumanEval,
 running the tests with the line as completed; an abstention leaves the line blank), show rate
 (non-empty answers), precision when shown (exact among shown), p50/p95 latency of the LSP
-request (ms; baselines: none). An abstention counts as a miss in every accuracy column. The
+request (ms; baselines: none). An abstention counts as a miss in every accuracy column. A row that abstains is asked
+as an automatic trigger (the ghost text while typing, which may show nothing), the others as an
+explicit one (which always shows its best). The
 "all" row is asked through `textDocument/inlineCompletion` (timed, as every row: the user's path,
 which skips the model where no candidate can be shown) and then through `glm5.explainContext`
 (untimed: the full pipeline, every candidate scored), which gives two more rows: "all, full
 pipeline (explain)", which should show exactly what "all" shows, "all, no abstaining": the
-best-scored candidate, shown always, and "ceiling: a right one among all's candidates": the right
+best-scored candidate, shown always (what an explicit request shows), and "ceiling: a right one among all's candidates": the right
 text wherever some candidate is right (what a perfect reranker would reach).
 One more row bounds retrieval itself: "ceiling: the line elsewhere in the workspace" is right
 wherever the hole's line appears verbatim (indentation aside) on another line of a Python file
@@ -52,6 +54,7 @@ from context.document import Document
 from context.index import WorkspaceIndex
 from context.members import disk_reader
 from context.positions import Position
+from context.rerank import WEIGHTS_PATH, load_reranker
 from context.retrieval import previous_line, similar_lines
 from training import baselines, humaneval
 from training.holes import Hole
@@ -199,21 +202,26 @@ def print_table(name: str, count: int, table: dict[str, dict[str, float | None]]
 
 
 async def run_rows(items: list[Item], model: str, rows: dict[str, dict[str, object]], log_dir: Path,
-                   progress: Callable[[str], None]) -> tuple[dict, dict]:
+                   progress: Callable[[str], None]) -> tuple[dict, dict, dict]:
+    """Every row's answers and request latencies, and for each "all" row the reranker's score of
+    its best candidate per item (for `print_curve`). A row that abstains is asked as an automatic
+    trigger (the ghost text while typing: it may show nothing); the others as an explicit one."""
     servers = [await RowServer.start(row, model, options, log_dir) for row, options in rows.items()]
     try:
         for server in servers:
             await server.wait_ready()
         answers: dict[str, list[str]] = {row: [] for row in rows}
         latency: dict[str, list[float]] = {row: [] for row in rows}
+        curves: dict[str, list[float | None]] = {}
         for n, item in enumerate(items, 1):
             original = item.path.read_text(encoding="utf-8") if item.path.exists() else None
             item.path.write_text(item.text, encoding="utf-8")  # no row may read the target from disk
             try:
                 for server in servers:
-                    text, seconds = await server.complete(item)
+                    text, seconds = await server.complete(item, automatic=bool(rows[server.name].get("abstain")))
                     if server.name.startswith("all") and rows[server.name].get("skipUnreachable", True):
-                        full, best, texts = await _explained(server, item)
+                        full, best, score, texts = await _explained(server, item)
+                        curves.setdefault(server.name, []).append(score)
                         answers.setdefault(no_abstaining(server.name), []).append(best)
                         answers.setdefault(full_pipeline(server.name), []).append(full)
                         answers.setdefault(candidates_ceiling(server.name), []).append(next((t for t in texts if right(item, t)), ""))
@@ -224,21 +232,36 @@ async def run_rows(items: list[Item], model: str, rows: dict[str, dict[str, obje
                     item.path.write_text(original, encoding="utf-8")
             if n % 10 == 0:
                 progress(f"{n}/{len(items)} lines")
-        return answers, latency
+        return answers, latency, curves
     finally:
         for server in servers:
             await server.stop()
 
 
-async def _explained(server: RowServer, item: Item) -> tuple[str, str, list[str]]:
-    """(shown text, best-scored candidate, every candidate's text) of the "all" row's full
-    pipeline, through glm5.explainContext (untimed), which scores every candidate even where
-    inlineCompletion skips the model."""
+async def _explained(server: RowServer, item: Item) -> tuple[str, str, float | None, list[str]]:
+    """(shown text, best-scored candidate, its score, every candidate's text) of the "all" row's
+    full pipeline, through glm5.explainContext (untimed, as an automatic request), which scores
+    every candidate even where inlineCompletion skips the model."""
     explained = await server.explain(item)
     candidates = explained.get("candidates", [])
-    scored = [c for c in candidates if c.get("score") is not None]
-    best = max(scored, key=lambda c: c["score"])["text"] if scored else explained.get("completion", "")
-    return explained.get("completion", ""), best, [c.get("text", "") for c in candidates]
+    scored = [c for c in candidates if c.get("score") is not None and c.get("text", "").strip()]
+    top = max(scored, key=lambda c: c["score"]) if scored else None
+    best = top["text"] if top is not None else explained.get("completion", "")
+    return explained.get("completion", ""), best, None if top is None else top["score"], [c.get("text", "") for c in candidates]
+
+
+def print_curve(row: str, items: list[Item], best: list[str], scores: list[float | None], chosen: float) -> None:
+    """Coverage and precision when shown of `row` over the reranker's threshold: at each, the
+    items whose best candidate scores at least that are shown (an abstention is a miss)."""
+    right_best = [right(i, t) for i, t in zip(items, best)]
+    points = sorted({*(round(0.05 * k, 2) for k in range(1, 20)), round(chosen, 4)})
+    print(f"\n{row}: coverage / precision when shown over the threshold (* the shipped one)")
+    print(f"{'threshold':>10} {'shown':>6} {'prec.':>6} {'exact':>6}")
+    for t in points:
+        shown = [r for s, r in zip(scores, right_best) if s is not None and s >= t]
+        precision = f"{100 * sum(shown) / len(shown):6.1f}" if shown else f"{'-':>6}"
+        mark = " *" if t == round(chosen, 4) else ""
+        print(f"{t:>10.3f} {100 * len(shown) / max(1, len(items)):6.1f} {precision} {100 * sum(shown) / max(1, len(items)):6.1f}{mark}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -291,10 +314,13 @@ def main(argv: list[str] | None = None) -> int:
         indexes: dict[Path, WorkspaceIndex] = {}
         base = [baseline_answers(i, indexes) for i in items]
         answers = {row: [b[row] for b in base] for row in (*BASELINE_ROWS, WORKSPACE_CEILING)}
-        neural, latency = asyncio.run(run_rows(items, model, rows, work, lambda m: print(f"  {set_name}: {m}", flush=True)))
+        neural, latency, curves = asyncio.run(run_rows(items, model, rows, work, lambda m: print(f"  {set_name}: {m}", flush=True)))
         answers.update(neural)
         table = summarise(items, answers, latency, problems, args.jobs)
         print_table(set_name, len(items), table)
+        for row, scores in curves.items():
+            weights = rows[row].get("rerankWeights")
+            print_curve(row, items, answers[no_abstaining(row)], scores, load_reranker(Path(weights) if weights else WEIGHTS_PATH).threshold)
         for row in rows:
             if row.startswith("all") and full_pipeline(row) in answers:
                 same = sum(a == b for a, b in zip(answers[row], answers[full_pipeline(row)]))

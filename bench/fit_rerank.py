@@ -6,13 +6,15 @@ the package, half random code lines; with `--typed-per-package`, also lines of t
 typed up to the cursor, as `repo-typed`), labels every candidate 1 when it equals what the
 completion should insert (the blanked line, or its untyped rest),
 and fits a logistic regression (numpy: full-batch gradient descent with L2, features as
-`context.rerank.FEATURES`). The abstain threshold is then chosen for precision: the one that
-maximises (right answers shown - wrong answers shown), i.e. a suggestion is shown only where it
-is at least as likely right as wrong. It is chosen on leave-one-package-out predictions (each
+`context.rerank.FEATURES`). The abstain threshold is then chosen for coverage at a precision:
+the lowest one at which `--precision` (35%) of the shown answers are right, about the share of
+shown suggestions that users of completion tools accept: a stricter one shows so little that
+the tool looks dead, a looser one mostly junk. It is chosen on leave-one-package-out predictions (each
 package's items scored by weights fitted on the other packages), because the evaluation is on
 packages the weights never saw: a threshold chosen on the fitted items themselves picks out a
 handful of lucky ones (on 515 items: 0.19% shown, all right; out of fold, the top 1% of items
-held no right answer). The shipped weights are then fitted on every item.
+held no right answer). The shipped weights are then fitted on every item, and name the model
+they were fitted for (`weights_identity`): the server uses them for that model only.
 
 Usage: python -m bench.fit_rerank [--model DIR] [--per-package 40] [--typed-per-package 0]
                                 [--out context/data/rerank.json] [--dump FILE] [--from-dump FILE]
@@ -36,8 +38,10 @@ from bench.bench_quality import ROWS
 from bench.quality_client import RowServer
 from bench.quality_sets import TUNING_PACKAGES, Item, package_items, package_random_items, package_typed_items
 from context.rerank import FEATURES, WEIGHTS_PATH, Features, Reranker
+from model_runtime.fingerprint import weights_identity
 
 REPO = Path(__file__).resolve().parents[1]
+PRECISION = 0.35  # about what users accept of the suggestions they are shown (Copilot's ~30%), with a margin
 
 
 def fit_logistic(rows: list[list[float]], labels: list[int], l2: float = 1e-3, epochs: int = 3000, rate: float = 0.5) -> tuple[list[float], float]:
@@ -56,14 +60,15 @@ def fit_logistic(rows: list[list[float]], labels: list[int], l2: float = 1e-3, e
     return [float(v) for v in w], float(b)
 
 
-def choose_threshold(best: list[tuple[float, bool]]) -> tuple[float, dict[str, float]]:
-    """The threshold maximising right - wrong among shown items (ties: the higher threshold)."""
+def choose_threshold(best: list[tuple[float, bool]], precision: float) -> tuple[float, dict[str, float]]:
+    """The lowest threshold (the most shown) at which at least `precision` of the shown items are
+    right; 1.0 when no threshold reaches it."""
     ordered = sorted(best, reverse=True)
-    score, top, threshold = 0, 0, 1.0
-    for p, right in ordered:
-        score += 1 if right else -1
-        if score > top:
-            top, threshold = score, p
+    right_so_far, threshold = 0, 1.0
+    for n, (p, right) in enumerate(ordered, 1):
+        right_so_far += right
+        if right_so_far / n >= precision and (n == len(ordered) or ordered[n][0] < p):
+            threshold = p
     shown = [r for p, r in best if p >= threshold]
     return threshold, {
         "show_rate": len(shown) / max(1, len(best)),
@@ -146,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=WEIGHTS_PATH)
     parser.add_argument("--dump", type=Path, help="also write the explained candidates here")
     parser.add_argument("--from-dump", type=Path, help="fit on a dump written earlier instead of asking a server")
+    parser.add_argument("--precision", type=float, default=PRECISION, help="precision when shown that the threshold keeps")
     args = parser.parse_args(argv)
     from lsp_server.engine_client import embedded_model_path
 
@@ -165,15 +171,16 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("no scored candidates or no right one: is the engine scoring (model_runtime with score())?")
     everything = list(range(len(explained)))
     folds = [[i for i in everything if items[i].root.name == root] for root in sorted({item.root.name for item in items})]
-    threshold, tuned = choose_threshold(cross_validated(rows, labels, groups, folds))
+    threshold, tuned = choose_threshold(cross_validated(rows, labels, groups, folds), args.precision)
     reranker = fit(rows, labels, groups, everything)
-    _, in_sample = choose_threshold(best_per_item(reranker, rows, labels, groups, everything))
+    _, in_sample = choose_threshold(best_per_item(reranker, rows, labels, groups, everything), args.precision)
     tuned["oracle"] = len({g for g, y in zip(groups, labels) if y}) / len(explained)
     meta = {
-        "fitted": datetime.date.today().isoformat(), "model": Path(model).name, "items": len(explained),
+        "fitted": datetime.date.today().isoformat(), "model": Path(model).name, "model_identity": weights_identity(Path(model)),
+        "items": len(explained),
         "candidates": len(rows), "positives": sum(labels), "packages": list(TUNING_PACKAGES),
         "typed_items": sum(1 for item in items if item.column),
-        "threshold": "chosen on leave-one-package-out predictions",
+        "threshold": f"the most shown at precision when shown >= {args.precision:.0%}, on leave-one-package-out predictions",
         "tuning": {k: round(v, 4) for k, v in tuned.items()},
         "in_sample_best": {k: round(v, 4) for k, v in in_sample.items()},
     }

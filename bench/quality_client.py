@@ -4,7 +4,7 @@ Each server runs with one thread, its own KV-cache directory (so no row reuses a
 prompts), single-line completions, no debounce, no warm-up and no diagnostics; the row's settings
 go in `initializationOptions`. `complete(item)` moves the server's workspace to the item's root
 when it changes (and waits for the index), opens the blanked file, asks for an inline completion
-at the start of the blanked line (trigger Invoked), closes the file and returns the text and the
+at the start of the blanked line (trigger Invoked, or Automatic for a row that abstains), closes the file and returns the text and the
 wall-clock latency of the request.
 """
 
@@ -93,9 +93,9 @@ class RowServer:
         result = await self.client.workspace_execute_command_async(types.ExecuteCommandParams(command=name, arguments=list(args)))
         return self.client.protocol._converter.unstructure(result) if not isinstance(result, dict | list | None) else result
 
-    async def complete(self, item: Item) -> tuple[str, float]:
+    async def complete(self, item: Item, automatic: bool = False) -> tuple[str, float]:
         """(completion text, seconds) for `item`, asked at its cursor (the start of its blanked
-        line, or after its typed part)."""
+        line, or after its typed part), as an explicit request or an `automatic` one."""
         await self.use_root(item.root)
         uri = item.path.resolve().as_uri()
         self.client.text_document_did_open(types.DidOpenTextDocumentParams(
@@ -103,7 +103,9 @@ class RowServer:
         ))
         started = time.perf_counter()
         result = await self.client.text_document_inline_completion_async(types.InlineCompletionParams(
-            context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked),
+            context=types.InlineCompletionContext(
+                trigger_kind=types.InlineCompletionTriggerKind.Automatic if automatic else types.InlineCompletionTriggerKind.Invoked
+            ),
             text_document=types.TextDocumentIdentifier(uri=uri),
             position=types.Position(line=item.line, character=_character(item)),
         ))
