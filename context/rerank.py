@@ -15,10 +15,11 @@ Role: each candidate (the model's n-best and the retrieval candidates) gets `Fea
   "similar-window" search;
 - `unfinished`: the model's candidate hit the token limit before the line ended.
 A `Reranker` (logistic regression weights, stored as data in `data/rerank.json`, fitted by
-`bench/fit_rerank.py` on holes that are not the evaluation's; `active_reranker` reads them
-again when the file changes) turns features into the probability that the candidate is exactly
-right; `choose` shows the best one, or nothing when that probability is under the stored
-threshold (abstain).
+`bench/fit_rerank.py` on holes that are not the evaluation's, for one model: `reranker_for`
+gives them only to that model, and reads them again when the file changes) turns features into
+the probability that the candidate is exactly right; `choose` shows the best one, or nothing
+when that probability is under the stored threshold (abstain). A model without fitted weights
+gets `own_best`: its own best candidate that passes the text checks.
 
 `ceiling` bounds the probability a candidate can reach before the model has scored it (its
 log-likelihood unknown) or proposed it (whether the n-best joins it unknown), `floor` the
@@ -27,7 +28,7 @@ source proposed, whatever its text. When the bounds settle the choice (every cei
 threshold, or one floor above the threshold and every other ceiling), the server skips the model
 work that cannot change it (see `lsp_server/candidates.py`): the same choice, sooner.
 
-Invariants: pure (but `active_reranker`, which reads the weights file); never raises on
+Invariants: pure (but `reranker_for`, which reads the weights file); never raises on
 candidate text; the same inputs give the same choice (ties break on candidate order).
 """
 
@@ -127,6 +128,11 @@ class Reranker:
     threshold: float  # show only when the best probability is at least this
     meta: dict
 
+    @property
+    def model(self) -> str | None:
+        """The `weights_identity` of the model these weights were fitted for (None: not named)."""
+        return self.meta.get("model_identity")
+
     def probability(self, feats: Features) -> float:
         return _sigmoid(self.logit(feats.as_dict()))
 
@@ -211,15 +217,21 @@ def load_reranker(path: Path = WEIGHTS_PATH) -> Reranker:
         raise ValueError(f"{path}: reranker weights need numeric weights, bias and threshold: {exc!r}") from exc
 
 
-def active_reranker(path: str | None = None) -> Reranker | None:
-    """The reranker weights at `path` (None: the shipped ones), read again when the file changes;
-    None, logged, when they cannot be read (candidates are then ranked by likelihood)."""
+def reranker_for(model: str, path: str | None = None) -> tuple[Reranker | None, str]:
+    """The reranker fitted for the model whose `weights_identity` is `model`, read again when the
+    file changes, or None and why. `path` is the `rerankWeights` setting (None: the shipped
+    weights). Weights are a model's own: a file that names another model (the shipped one names
+    the embedded model) is not used, since its likelihood weights and threshold mean nothing for
+    other weights; a file that names none is the user's word that it fits the model in use."""
     file = Path(path).expanduser() if path else WEIGHTS_PATH
     try:
-        return _reranker_at(file, file.stat().st_mtime_ns)
+        reranker = _reranker_at(file, file.stat().st_mtime_ns)
     except (OSError, ValueError) as exc:
-        log.error("reranking by likelihood only: %s", exc)
-        return None
+        log.error("no reranker: %s", exc)
+        return None, f"the reranker weights cannot be read: {exc}"
+    if reranker.model not in (None, model):
+        return None, "no reranker weights were fitted for this model"
+    return reranker, ""
 
 
 @lru_cache(maxsize=8)
@@ -237,8 +249,9 @@ class Choice:
 def choose(
     site: Site, candidates: Sequence[Scored], reranker: Reranker | None, abstain: bool
 ) -> tuple[Choice, list[Features]]:
-    """The best candidate by the reranker's probability (or, without one, by mean log-likelihood);
-    with `abstain`, none when the best probability is under the threshold."""
+    """The best candidate by the reranker's probability (or, without one, by mean log-likelihood),
+    a blank one only when all are; with `abstain`, none when the best probability is under the
+    threshold."""
     feats = [features(site, c) for c in candidates]
     if not candidates:
         return Choice(None, (), abstain), feats
@@ -246,10 +259,21 @@ def choose(
         scores = tuple(f.values[0] if candidates[i].text.strip() else -math.inf for i, f in enumerate(feats))
     else:
         scores = tuple(reranker.probability(f) for f in feats)
-    best = max(range(len(candidates)), key=lambda i: (scores[i], -i))
+    best = max(range(len(candidates)), key=lambda i: (bool(candidates[i].text.strip()), scores[i], -i))
     if abstain and reranker is not None and scores[best] < reranker.threshold:
         return Choice(None, scores, True), feats
     return Choice(best, scores, False), feats
+
+
+def own_best(site: Site, candidates: Sequence[Scored], always: bool) -> int | None:
+    """Without weights fitted for the model: the first of `candidates` (the model's n-best by
+    rank, then retrieval's) that is not blank, whose completed line parses and that does not
+    re-type the next line. None when none passes, unless `always` (an explicit request): then the
+    first that is not blank."""
+    for i, candidate in enumerate(candidates):
+        if candidate.text.strip() and parses(site, candidate.text) and not repeats(site, candidate.text):
+            return i
+    return next((i for i, c in enumerate(candidates) if c.text.strip()), None) if always else None
 
 
 # ---- checks ---------------------------------------------------------------------------------

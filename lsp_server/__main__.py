@@ -26,7 +26,7 @@ runs behind an OpenAI-compatible endpoint instead (glm5-serve, vLLM, SGLang); --
 names the directory of its tokenizer (else the endpoint's /tokenize is used).
 
 headless use:
-  lsp_server complete FILE:LINE:COL [--workspace DIR] [--model DIR] [--max-tokens N] [--no-abstain]
+  lsp_server complete FILE:LINE:COL [--workspace DIR] [--model DIR] [--max-tokens N] [--automatic [--no-abstain]]
   LINE and COL are 1-based, as editors show them; COL counts characters (code points).
 """
 
@@ -84,8 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
     complete.add_argument("--workspace", metavar="DIR", type=Path, help="workspace root to index (default: the file's git root, else its folder)")
     complete.add_argument("--max-tokens", type=int, default=None, metavar="N", help="token cap of the completion")
     complete.add_argument(
+        "--automatic", action="store_true",
+        help="complete as a trigger while typing does: print nothing when the reranker is not confident "
+        "(by default the request is explicit, as a manual-trigger key, and prints the best candidate)",
+    )
+    complete.add_argument(
         "--no-abstain", action="store_true",
-        help="print the best candidate even when the reranker is not confident in it (the `abstain: false` setting)",
+        help="with --automatic, print the best candidate even when the reranker is not confident in it (the `abstain: false` setting)",
     )
     _add_common(complete, inherit=True)
     return parser

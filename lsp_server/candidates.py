@@ -55,7 +55,7 @@ from context.constraints import Site, build_site, constraint_spec
 from context.document import DocumentSnapshot
 from context.index import WorkspaceIndex
 from context.members import disk_reader
-from context.rerank import Choice, Features, Reranker, Scored, active_reranker, ceiling, choose, floor, novel_ceiling
+from context.rerank import Choice, Features, Reranker, Scored, ceiling, choose, floor, novel_ceiling, own_best, reranker_for
 from context.retrieval import Retrieved, retrieve
 from model_runtime.api import (
     ConstraintSpec,
@@ -107,9 +107,11 @@ class Plan:
     num_candidates: int
     retrieved: tuple[Retrieved, ...]
     rerank: bool
-    abstain: bool
+    abstain: bool  # only an automatic request with weights fitted for the model abstains
     can_score: bool = True
-    rerank_weights: str | None = None  # the `rerankWeights` setting; None: the shipped weights
+    reranker: Reranker | None = None  # the weights fitted for this model, when `rerank` and there are any
+    unranked: str = ""  # why `rerank` found no weights for this model
+    explicit: bool = False  # the user asked (an explicit request always shows its best candidate)
     reach: Reach | None = None  # None: nothing is skipped (see the module docstring)
 
     @property
@@ -138,6 +140,7 @@ class Decision:
     candidates: tuple[Scored, ...]
     choice: Choice
     features: tuple[Features, ...]
+    why: str = ""  # why nothing is shown ("" when something is)
 
     def report(self) -> list[dict[str, Any]]:
         """The candidates, their scores and features, for `glm5.explainContext` and benchmarks."""
@@ -164,11 +167,18 @@ def make_plan(
     index: WorkspaceIndex | None,
     open_docs: Sequence[DocumentSnapshot],
     can_score: bool = True,
+    model: str = "",
+    explicit: bool = False,
 ) -> Plan:
-    """The plan for `prepared` (which has a prompt) under `settings`; an engine that cannot
-    score gets neither retrieval nor reranking (nothing could rank them)."""
+    """The plan for `prepared` (which has a prompt) under `settings`, for the model whose
+    `weights_identity` is `model`. Only an automatic request abstains (`explicit`: the user asked,
+    so the best candidate is shown), and only with reranker weights fitted for `model`; without
+    them the model's own best candidate that passes the text checks is shown (`context.rerank.
+    own_best`), unscored. An engine that cannot score gets neither retrieval nor reranking
+    (nothing could rank them)."""
     if not can_score:
         settings = replace(settings, retrieval=False, rerank=False, abstain=False)
+    reranker, unranked = reranker_for(model, settings.rerank_weights) if settings.rerank else (None, "")
     assert prepared.prompt is not None, "plan only completions that have a prompt"
     ids = tuple(prepared.prompt.ids)
     uses_site = settings.constraints or settings.retrieval or settings.rerank
@@ -184,13 +194,14 @@ def make_plan(
     if settings.retrieval and site is not None:
         texts = {d.path: d.text for d in open_docs if d.path}
         retrieved = tuple(retrieve(site, index, disk_reader(texts)))
+    abstain = settings.abstain and reranker is not None and not explicit
     plan = Plan(
-        site, constraint, ids, settings.num_candidates, retrieved, settings.rerank, settings.abstain and settings.rerank, can_score,
-        settings.rerank_weights,
+        site, constraint, ids, settings.num_candidates, retrieved, settings.rerank, abstain, can_score, reranker, unranked, explicit
     )
-    reranker = active_reranker(plan.rerank_weights) if plan.abstain and settings.skip_unreachable and site is not None else None
-    novel = novel_ceiling(reranker) if reranker is not None else math.inf
-    if reranker is None or novel >= reranker.threshold:
+    if reranker is None or not (abstain and settings.skip_unreachable and site is not None):
+        return plan
+    novel = novel_ceiling(reranker)
+    if novel >= reranker.threshold:
         return plan
     entries = _merge_retrieved(plan, prepared, {})
     bounds = _ceilings(plan, entries, tokenizer, reranker, model_may_join=True)
@@ -288,8 +299,8 @@ def _contenders(plan: Plan, prepared: pipeline.Prepared) -> list[_Entry]:
 
 
 def _prescored(plan: Plan, entries: Sequence[_Entry], scores: Sequence[ContinuationScore]) -> Prescored | None:
-    """The contenders' bounds with their likelihoods known; None without readable weights."""
-    reranker = active_reranker(plan.rerank_weights)
+    """The contenders' bounds with their likelihoods known; None without weights."""
+    reranker = plan.reranker
     if reranker is None or plan.site is None:
         return None
     scored = [_scored(e, s.logprob, s.num_tokens) for e, s in zip(entries, scores, strict=True)]
@@ -334,6 +345,17 @@ def settled_early(plan: Plan, prescored: Prescored | None) -> str | None:
     return prescored.certain if prescored is not None else None
 
 
+def early_why(plan: Plan, prescored: Prescored | None, text: str) -> str:
+    """Why `settled_early`'s answer `text` shows nothing ("" when it shows something)."""
+    if text or plan.reach is None:
+        return ""
+    threshold = f"threshold {plan.reach.threshold:.2f}"
+    if plan.out_of_reach:
+        return f"no candidate could reach the reranker's threshold (at best {plan.reach.ceiling:.2f}, {threshold}); the model was not run"
+    scored = len(prescored.scores) if prescored is not None else 0
+    return f"no candidate could reach the reranker's threshold ({threshold}) with the likelihoods of its {scored} scored candidates"
+
+
 def _among_contenders(plan: Plan, entries: Sequence[_Entry], prescored: Prescored) -> Decision:
     """The reranker's choice among the prescored contenders (step 3): no other entry can reach
     the threshold, so the full pipeline would choose the same."""
@@ -342,27 +364,48 @@ def _among_contenders(plan: Plan, entries: Sequence[_Entry], prescored: Prescore
 
 
 def needs_scores(plan: Plan, entries: Sequence[_Entry]) -> bool:
+    """Whether choosing needs the engine's scores: the reranker's features and the likelihood
+    ranking do; the model's own best (`rerank` on, no weights for this model) does not."""
+    if plan.rerank and plan.reranker is None:
+        return False
     return len(entries) > 1 or plan.abstain
 
 
 def decide(plan: Plan, entries: Sequence[_Entry], scores: Sequence[ContinuationScore] | None) -> Decision:
-    """Rerank `entries` with the engine's `scores` (None: the engine cannot score) and choose."""
+    """Rerank `entries` with the engine's `scores` and choose; without scores (the engine cannot
+    score, or there are no weights for this model), the model's own best that passes the checks."""
     if scores is None:
-        own = [e for e in entries if e.model_rank is not None]
-        scored = [_scored(e, e.logprob, e.tokens) for e in own]
-        best = min(range(len(own)), key=lambda i: own[i].model_rank or 0) if own else None
-        text = scored[best].text if best is not None else ""
-        return Decision(text, False, False, tuple(scored), Choice(best, tuple(e.logprob for e in own), False), ())
+        return _own_best(plan, entries)
     scored = [_scored(e, s.logprob, s.num_tokens) for e, s in zip(entries, scores, strict=True)]
     site = plan.site
-    reranker = active_reranker(plan.rerank_weights) if plan.rerank else None
+    reranker = plan.reranker
     if site is None:
         best = max(range(len(scored)), key=lambda i: scored[i].logprob / max(1, scored[i].tokens)) if scored else None
         choice = Choice(best, tuple(s.logprob / max(1, s.tokens) for s in scored), False)
         return Decision(scored[best].text if best is not None else "", False, True, tuple(scored), choice, ())
     choice, feats = choose(site, scored, reranker, plan.abstain)
     text = scored[choice.index].text if choice.index is not None else ""
-    return Decision(text, choice.abstained, True, tuple(scored), choice, tuple(feats))
+    why = ""
+    if choice.abstained and reranker is not None:
+        why = f"no candidate reached the reranker's threshold (best {max(choice.scores, default=0.0):.2f} < {reranker.threshold:.2f})"
+    return Decision(text, choice.abstained, True, tuple(scored), choice, tuple(feats), why)
+
+
+def _own_best(plan: Plan, entries: Sequence[_Entry]) -> Decision:
+    """The model's best candidate (by its n-best rank) that passes the text checks, else
+    retrieval's first that does; an explicit request shows the model's best if none passes."""
+    own = sorted((e for e in entries if e.model_rank is not None), key=lambda e: e.model_rank or 0)
+    ordered = [*own, *(e for e in entries if e.model_rank is None)]
+    scored = tuple(_scored(e, e.logprob, e.tokens) for e in ordered)
+    ranks = tuple(float(-i) for i in range(len(scored)))
+    if plan.site is None:
+        best = 0 if own else None
+    else:
+        best = own_best(plan.site, scored, always=plan.explicit)
+    if best is None:
+        why = "no candidate passed the syntax checks" if scored else "the model proposed nothing"
+        return Decision("", bool(scored), False, scored, Choice(None, ranks, bool(scored)), (), why)
+    return Decision(scored[best].text, False, False, scored, Choice(best, ranks, False), ())
 
 
 def _scored(entry: _Entry, logprob: float, tokens: int) -> Scored:
@@ -370,10 +413,8 @@ def _scored(entry: _Entry, logprob: float, tokens: int) -> Scored:
 
 
 def unscored(plan: Plan, entries: Sequence[_Entry]) -> Decision:
-    """The decision when no scoring is needed (a single candidate and no abstaining)."""
-    return decide(plan, entries, None) if any(e.model_rank is not None for e in entries) else Decision(
-        entries[0].text if entries else "", False, False, (), Choice(None, (), False), ()
-    )
+    """The decision when no scoring is needed (see `needs_scores`)."""
+    return decide(plan, entries, None)
 
 
 @dataclass(frozen=True, slots=True)

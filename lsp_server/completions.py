@@ -92,6 +92,7 @@ class Completions:
         self._background = background
         self._flights: dict[tuple[str, str], InFlight] = {}
         self._active = 0  # completion requests between arrival and answer
+        self._last_why = ""  # why the last completion showed nothing, as last told to the client
 
     @property
     def busy(self) -> bool:
@@ -192,7 +193,7 @@ class Completions:
         planning = time.perf_counter()
         plan = await asyncio.to_thread(  # the site and retrieval scan whole files: off the loop too
             candidates.make_plan, prepared, settings, text_model.tokenizer, self._state.index,
-            self._state.open_snapshots(exclude=snapshot.uri), text_model.can_score,
+            self._state.open_snapshots(exclude=snapshot.uri), text_model.can_score, text_model.identity, not automatic,
         )
         plan_done = time.perf_counter()
         record.update(prepare_s=plan_done - started, plan_s=plan_done - planning)
@@ -210,6 +211,7 @@ class Completions:
         if (early := candidates.settled_early(plan, prescored)) is not None:  # whatever the model would decode
             record.update(settle_s=prescore_s)
             self._check_version(snapshot)
+            self._tell_shown(candidates.early_why(plan, prescored, early))
             if early:
                 self._cache.put(snapshot.uri, before, after, early)
                 timing.saw_text()
@@ -245,6 +247,15 @@ class Completions:
         """The client gave up while the model was loading: an empty answer, and say why."""
         self._notify(STATUS, status_params("warming", "the model is still loading"))
         return Answer("", trace_id, position, snapshot.version), "cancelled"
+
+    def _tell_shown(self, why: str) -> None:
+        """Say quietly in the client's status why the last completion showed nothing (and clear
+        it once one shows something): a `glm5/status` ready with the reason as its message, sent
+        only when the reason changes, and never over an engine failure's error status."""
+        if why == self._last_why or self._engine.health.failing:
+            return
+        self._last_why = why
+        self._notify(STATUS, status_params("ready", f"nothing shown: {why}" if why else None))
 
     def _check_version(self, snapshot: DocumentSnapshot) -> None:
         current = self._state.document_version(snapshot.uri)
@@ -283,8 +294,10 @@ class Completions:
                     text = "" if plan.gated else pipeline.finish(prepared, result.text)
                 else:
                     settling = time.perf_counter()
-                    text = (await candidates.settle(engine, plan, prepared, result, tokenizer, prescored, beside)).text
+                    decision = await candidates.settle(engine, plan, prepared, result, tokenizer, prescored, beside)
                     flight.settle_s = time.perf_counter() - settling
+                    text = decision.text
+                    self._tell_shown(decision.why)
             except BaseException as exc:
                 flight.done.set_exception(exc)
                 raise

@@ -31,7 +31,7 @@ import asyncio
 import enum
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +46,7 @@ from model_runtime.api import (
     StreamEvent,
     WarmupReport,
 )
+from model_runtime.fingerprint import weights_identity
 from model_runtime.tokenizer import GlmTokenizer
 
 from .errors import GenerationFailed, ModelUnavailable
@@ -69,12 +70,13 @@ class ModelHandle:
     tokenizer: GlmTokenizer | SafeTokenizer
     path: str
     context_length: int  # the model's positions: prompt + max_tokens must fit
+    identity: str = ""  # which weights these are (`fingerprint.weights_identity`): data fitted for a model is keyed by it
 
     def safe(self) -> ModelHandle:
         """This handle with a tokenizer that accepts any editor text (see `tokens`)."""
         if isinstance(self.tokenizer, SafeTokenizer):
             return self
-        return ModelHandle(self.engine, SafeTokenizer(self.tokenizer), self.path, self.context_length)
+        return replace(self, tokenizer=SafeTokenizer(self.tokenizer))
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +87,7 @@ class TextModel:
     tokenizer: GlmTokenizer | SafeTokenizer
     context_length: int
     can_score: bool
+    identity: str = ""  # as `ModelHandle.identity`
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +134,7 @@ def load_runtime(path: str, runtime: RuntimeOptions) -> ModelHandle:
         raise ValueError(f"{path}: the checkpoint has no usable tokenizer.json")
     compile_cache = str(inductor_dir()) if runtime.compile_decode else ""
     engine = loaded.engine(EngineConfig(use_mtp=runtime.mtp, compile_decode=runtime.compile_decode, compile_cache_dir=compile_cache))
-    return ModelHandle(engine, loaded.tokenizer, path, loaded.config.max_position_embeddings)
+    return ModelHandle(engine, loaded.tokenizer, path, loaded.config.max_position_embeddings, weights_identity(Path(path)))
 
 
 def load_text(path: str, runtime: RuntimeOptions) -> TextModel | None:
@@ -143,7 +146,7 @@ def load_text(path: str, runtime: RuntimeOptions) -> TextModel | None:
     from model_runtime.config import ModelConfig
 
     config = ModelConfig.from_file(Path(path) / "config.json")
-    return TextModel(SafeTokenizer(GlmTokenizer.from_dir(path)), config.max_position_embeddings, True)
+    return TextModel(SafeTokenizer(GlmTokenizer.from_dir(path)), config.max_position_embeddings, True, weights_identity(Path(path)))
 
 
 def no_text(path: str, runtime: RuntimeOptions) -> None:
@@ -156,7 +159,12 @@ def load_remote(path: str, config: RemoteConfig) -> ModelHandle:
     from model_runtime.remote.connect import connect
 
     remote = connect(config, path or None)
-    return ModelHandle(remote.engine, remote.tokenizer, config.base_url, remote.context_length)
+    return ModelHandle(remote.engine, remote.tokenizer, config.base_url, remote.context_length, remote_identity(config))
+
+
+def remote_identity(config: RemoteConfig) -> str:
+    """A remote engine's model, as far as this side can name it: weights fitted for it name this."""
+    return f"remote:{config.base_url}/{config.model or ''}"
 
 
 def embedded_model_path() -> str | None:
@@ -271,7 +279,7 @@ class EngineClient:
         if self._handle is None and text is not None and text.done():
             return text.result()
         handle = await self.ready()
-        return TextModel(handle.tokenizer, handle.context_length, self.can_score)
+        return TextModel(handle.tokenizer, handle.context_length, self.can_score, handle.identity)
 
     async def generate(
         self, request: GenerationRequest, on_text: Callable[[str], None] | None = None

@@ -2,7 +2,8 @@
 
 Role: index the workspace, load the model, build the prompt exactly as the language server
 does (`pipeline`, `candidates`), generate with the constraint and n-best, rerank the candidates
-(or abstain: then stdout stays empty) and print the completion; when the answer can only be the
+and print the best: the request is explicit, as a manual-trigger key's (with `--automatic` it is
+a trigger while typing, which may abstain: then stdout stays empty); when the answer can only be the
 model's own text, it streams to stdout as its lines become final. Diagnostics (what went wrong, how long it took) go to stderr, so stdout holds
 only the completion text and scripts can use it as is.
 
@@ -102,19 +103,23 @@ def run_complete(args: argparse.Namespace) -> int:
         print(f"lsp_server complete: cannot load model from {remote.base_url if remote else model}: {exc}", file=sys.stderr)
         return 2
     try:
-        return _generate(handle, document, lsp_position(document, line, column), settings, index, started)
+        return _generate(handle, document, lsp_position(document, line, column), settings, index, started, args.automatic)
     finally:
         handle.engine.shutdown()
 
 
-def _generate(handle, document: Document, position: Position, settings: ServerSettings, index: WorkspaceIndex, started: float) -> int:
+def _generate(
+    handle, document: Document, position: Position, settings: ServerSettings, index: WorkspaceIndex, started: float, automatic: bool
+) -> int:
     snapshot = document.snapshot()
     prepared = pipeline.prepare(
         snapshot, position, handle.tokenizer, handle.context_length, settings, index, [], None,
         force=True, roots=[str(r) for r in index.roots],
     )
     assert prepared.prompt is not None  # force=True always builds a prompt
-    plan = candidates.make_plan(prepared, settings, handle.tokenizer, index, [], getattr(handle.engine, "score", None) is not None)
+    plan = candidates.make_plan(
+        prepared, settings, handle.tokenizer, index, [], getattr(handle.engine, "score", None) is not None, handle.identity, explicit=not automatic
+    )
     out = _LineStreamer(prepared)
     prescored = None
     if plan.reach is not None and not plan.out_of_reach:
@@ -122,7 +127,8 @@ def _generate(handle, document: Document, position: Position, settings: ServerSe
     early = candidates.settled_early(plan, prescored)
     if early is not None:
         out.finish(early)
-        why = _why_early(plan, prescored, early)
+        why = candidates.early_why(plan, prescored, early)
+        why = f"nothing shown: {why}" if why else "shown without decoding: nothing the model could decode would change the reranker's choice"
         print(f"[{len(prepared.prompt.ids)} prompt tokens, {why}, {time.perf_counter() - started:.2f} s]", file=sys.stderr)
         return 0
     done = threading.Event()
@@ -140,27 +146,13 @@ def _generate(handle, document: Document, position: Position, settings: ServerSe
         return 1
     decision = candidates.settle_sync(handle.engine, plan, prepared, result, handle.tokenizer, prescored)
     out.finish(decision.text)
-    shown = "abstained: no candidate was confident" if decision.abstained else f"{len(decision.candidates)} candidates"
+    shown = f"nothing shown: {decision.why}" if not decision.text else f"{len(decision.candidates)} candidates"
     print(
         f"[{len(prepared.prompt.ids)} prompt tokens, {len(result.token_ids)} generated, {shown}, "
         f"{time.perf_counter() - started:.2f} s]",
         file=sys.stderr,
     )
     return 0
-
-
-def _why_early(plan: candidates.Plan, prescored: candidates.Prescored | None, text: str) -> str:
-    """What `candidates.settled_early` decided, for stderr."""
-    assert plan.reach is not None
-    threshold = f"threshold {plan.reach.threshold:.3f}"
-    if text:
-        return "shown without decoding: nothing the model could decode would change the reranker's choice"
-    if plan.out_of_reach:
-        return (f"abstained: no candidate could reach the reranker's threshold (best possible {plan.reach.ceiling:.3f}, "
-                f"{threshold}), the model was not run")
-    scored = len(prescored.scores) if prescored is not None else 0
-    return (f"abstained: no candidate could reach the reranker's threshold ({threshold}, with the likelihoods "
-            f"the model gave), the model scored {scored} candidates and did not decode")
 
 
 class _LineStreamer:

@@ -76,7 +76,19 @@
 
 (defun glm5-lsp-mode--on-status (_workspace params)
   (setq glm5-lsp-mode-status params)
+  (unless (member '(:eval (glm5-lsp-mode--lighter)) global-mode-string)
+    (setq global-mode-string (append global-mode-string '((:eval (glm5-lsp-mode--lighter))))))
   (force-mode-line-update t))
+
+(defun glm5-lsp-mode--lighter ()
+  "The server's state for the mode line; a ready server's message (why the last completion
+showed nothing) is its tooltip, marked by a trailing `-'."
+  (let ((state (and glm5-lsp-mode-status (lsp-get glm5-lsp-mode-status :state)))
+        (message (and glm5-lsp-mode-status (lsp-get glm5-lsp-mode-status :message))))
+    (cond ((and (equal state "ready") (stringp message))
+           (propertize " GLM-5 ready-" 'help-echo message))
+          (state (format " GLM-5 %s" state))
+          (t ""))))
 
 (defun glm5-lsp-mode--completion-id (item)
   "The glm5 completion id of inline completion ITEM (nil: another server's)."

@@ -398,10 +398,15 @@ For example (:abstain :json-false) shows the best guess even when the reranker i
     (message "glm5: server %S; this Emacs %S" (plist-get result :telemetry) glm5--counts)))
 
 (defun glm5--lighter ()
+  "The mode line's lighter; a ready server's message (why the last completion showed nothing)
+is its tooltip, marked by a trailing `-'."
   (let ((state (plist-get glm5--status :state))
-        (progress (plist-get glm5--status :progress)))
+        (progress (plist-get glm5--status :progress))
+        (message (plist-get glm5--status :message)))
     (cond ((and (equal state "warming") (numberp progress))
            (format " GLM-5 %d%%" (round (* 100 progress))))
+          ((and (equal state "ready") (stringp message))
+           (propertize " GLM-5 ready-" 'help-echo message))
           (state (format " GLM-5 %s" state))
           (t " GLM-5"))))
 

@@ -1,13 +1,15 @@
 """`workspace/executeCommand`: glm5.explainContext, glm5.stats, glm5.clearCache, glm5.applyFix,
 glm5.didAcceptCompletion.
 
-- `glm5.explainContext {uri, position?, candidates?}` -> what the model would see for a completion
+- `glm5.explainContext {uri, position?, candidates?, explicit?}` -> what the model would see for a completion
   there (at the last known cursor of the document when `position` is left out):
   `{prompt, kind, tokens: {...counts, total}, snippets: [{uri, range, reason, detail, tokens}],
   budget}`, built exactly as a completion would; unless `candidates` is false, the completion is
-  also run: `completion`, `abstained`, `scored`, `candidates: [{text, sources, modelRank,
-  logprob, tokens, score, features, chosen}]` and `constraint: {healPrefix, singleLine,
-  openBrackets, memberScopes, definedNames, report}` (report: which rules fired).
+  also run, as an automatic request unless `explicit` is true: `completion`, `abstained`, `why`
+  (nothing shown), `scored`, `reranker` (the weights fitted for this model, or why there are none),
+  `candidates: [{text, sources, modelRank, logprob, tokens, score, features, chosen}]` and
+  `constraint: {healPrefix, singleLine, openBrackets, memberScopes, definedNames, report}`
+  (report: which rules fired).
 - `glm5.stats [{recent: N}]` -> completion outcomes, latency percentiles, prefill accounting,
   telemetry counts, cache counters, model state, the engine's `EngineStats` and the index
   (roots, files, files left out and why), and the garbage collector (`gc`: objects frozen at
@@ -53,7 +55,7 @@ def register(ls: Glm5Server) -> None:
             position = cursor
         else:
             raise InvalidParams(f"glm5.explainContext: no position given and no known cursor in {uri}")
-        return await explain(ls, uri, position, bool(raw.get("candidates", True)))
+        return await explain(ls, uri, position, bool(raw.get("candidates", True)), bool(raw.get("explicit", False)))
 
     @ls.command("glm5.stats")
     async def stats(ls: Glm5Server, *args: Any) -> dict[str, Any]:
@@ -115,15 +117,17 @@ async def forced_prompt(ls: Glm5Server, uri: str, position: Any, command: str):
     return snapshot, handle, prepared
 
 
-async def explain(ls: Glm5Server, uri: str, position: Any, run: bool = True) -> dict[str, Any]:
-    """What the model sees at `position`; with `run`, also the completion run there: its
-    candidates, their scores and what the constraint did (`_run_completion`)."""
+async def explain(ls: Glm5Server, uri: str, position: Any, run: bool = True, explicit: bool = False) -> dict[str, Any]:
+    """What the model sees at `position`; with `run`, also the completion run there, as an
+    automatic request (or an `explicit` one): its candidates, their scores and what the
+    constraint did (`_run_completion`)."""
     snapshot, handle, prepared = await forced_prompt(ls, uri, position, "glm5.explainContext")
     encoding, prompt = ls.state.encoding, prepared.prompt
     outcome: dict[str, Any] = {}
     if run:
         plan = await asyncio.to_thread(
-            candidates.make_plan, prepared, ls.settings, handle.tokenizer, ls.index, ls.open_snapshots(exclude=uri), ls.engine.can_score
+            candidates.make_plan, prepared, ls.settings, handle.tokenizer, ls.index, ls.open_snapshots(exclude=uri), ls.engine.can_score,
+            handle.identity, explicit,
         )
         outcome = await _run_completion(ls.engine, prepared, plan, handle.tokenizer, f"explain-{snapshot.version}-{id(plan)}")
     return {
@@ -161,7 +165,9 @@ async def _run_completion(
     return {
         "completion": decision.text,
         "abstained": decision.abstained,
+        "why": decision.why,
         "scored": decision.scored,
+        "reranker": _reranker_summary(plan),
         "outOfReach": plan.out_of_reach,  # the server would not have run the model
         "reach": None if plan.reach is None else asdict(plan.reach),
         "candidates": decision.report(),
@@ -174,6 +180,16 @@ async def _run_completion(
             "report": None if result.constraint is None else asdict(result.constraint),
         },
     }
+
+
+def _reranker_summary(plan: candidates.Plan) -> dict[str, Any] | None:
+    """Which reranker weights chose (fitted for this model), or why none did."""
+    if not plan.rerank:
+        return None
+    if plan.reranker is None:
+        return {"fitted": False, "why": plan.unranked}
+    meta = plan.reranker.meta
+    return {"fitted": True, "threshold": plan.reranker.threshold, "model": meta.get("model"), "fittedOn": meta.get("fitted")}
 
 
 def lsp_json(value: types.Position | types.Range) -> dict[str, Any]:

@@ -9,6 +9,7 @@ candidate is likely, and today's behaviour when the components are off or the en
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
@@ -100,7 +101,7 @@ async def test_abstains_with_no_item_when_no_candidate_is_likely(tmp_path: Path)
     scores it unlikely, so the server abstains after scoring."""
     session, uri = await _session(tmp_path, [], _weights(tmp_path, 0.3))
     try:
-        assert _texts(await session.inline(uri, 4, 13)) == []
+        assert _texts(await session.inline(uri, 4, 13, automatic=True)) == []
         explained = await session.command("glm5.explainContext", {"uri": uri, "position": {"line": 4, "character": 13}})
         assert explained["abstained"] is True and explained["completion"] == ""
         assert explained["scored"] is True and explained["outOfReach"] is False
@@ -108,6 +109,47 @@ async def test_abstains_with_no_item_when_no_candidate_is_likely(tmp_path: Path)
         assert not any(c["chosen"] for c in explained["candidates"])
     finally:
         assert await session.stop() == 0
+
+
+async def test_an_explicit_request_shows_the_best_candidate_where_an_automatic_one_abstains(tmp_path: Path) -> None:
+    """The same place and weights as above: typing (Automatic) shows nothing and the client's
+    status says why, quietly; asking (Invoked, the manual-trigger key) shows the best candidate."""
+    session, uri = await _session(tmp_path, [], _weights(tmp_path, 0.3))
+    try:
+        assert _texts(await session.inline(uri, 4, 13, automatic=True)) == []
+        status = await session.wait_for(
+            lambda: next((m for m in session.messages("glm5/status") if "nothing shown" in (_get(m, "message") or "")), None), 10, "a status"
+        )
+        assert _get(status, "state") == "ready" and "threshold" in _get(status, "message")
+        assert not session.messages("window/showMessage")  # no pop-up
+        shown = _texts(await session.inline(uri, 4, 13, automatic=False))
+        assert len(shown) == 1 and shown[0].strip()
+        explained = await session.command("glm5.explainContext", {"uri": uri, "position": {"line": 4, "character": 13}, "explicit": True})
+        assert explained["abstained"] is False and explained["completion"] == shown[0]
+    finally:
+        assert await session.stop() == 0
+
+
+async def test_weights_fitted_for_another_model_are_not_used(tmp_path: Path) -> None:
+    """Weights that name another model would abstain here (threshold 0.99); the model in use has
+    none fitted, so it shows its own best candidate that passes the checks, unscored."""
+    weights = _weights(tmp_path, 0.99)
+    path = Path(weights["rerankWeights"])
+    raw = json.loads(path.read_text())
+    raw["meta"]["model_identity"] = "0123456789abcdef"
+    path.write_text(json.dumps(raw))
+    session, uri = await _session(tmp_path, [["centroid(points)", LIKELY]], weights)
+    try:
+        assert _texts(await session.inline(uri, 4, 13, automatic=True)) == [MODEL]
+        explained = await session.command("glm5.explainContext", {"uri": uri, "position": {"line": 4, "character": 13}})
+        assert explained["reranker"] == {"fitted": False, "why": "no reranker weights were fitted for this model"}
+        assert explained["completion"] == MODEL and explained["scored"] is False
+    finally:
+        assert await session.stop() == 0
+
+
+def _get(params: object, key: str) -> object:
+    return params.get(key) if isinstance(params, dict) else getattr(params, key, None)
 
 
 async def test_out_of_reach_abstains_without_running_the_model(tmp_path: Path) -> None:
@@ -289,15 +331,15 @@ async def test_rerank_weights_setting_takes_a_weights_file_fitted_for_the_model(
     broken.write_text('{"features": ["mean_logprob"], "weights": [1.0]}')
     session, uri = await _session(tmp_path, [["centroid(points)", LIKELY]])
     try:
-        assert _texts(await session.inline(uri, 4, 13)) == []
+        assert _texts(await session.inline(uri, 4, 13, automatic=True)) == []
         session.client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"glm5": {"rerankWeights": str(showing)}}))
-        assert _texts(await session.inline(uri, 4, 13)) == ["centroid(points)"]
+        assert _texts(await session.inline(uri, 4, 13, automatic=True)) == ["centroid(points)"]
         session.client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"glm5": {"rerankWeights": str(broken)}}))
         warning = await session.wait_for(
             lambda: next((m.message for m in session.messages("window/showMessage") if "rerankWeights" in m.message), None), 10, "a warning"
         )
         assert "broken.json" in warning and "expected" in warning
-        assert _texts(await session.inline(uri, 4, 13)) == ["centroid(points)"]
+        assert _texts(await session.inline(uri, 4, 13, automatic=True)) == ["centroid(points)"]
     finally:
         assert await session.stop() == 0
 
@@ -351,7 +393,7 @@ async def test_skipping_never_changes_the_answer(tmp_path: Path, model_text: str
                 session.client.workspace_did_change_configuration(
                     types.DidChangeConfigurationParams(settings={"glm5": {**weights, "skipUnreachable": skip}})
                 )
-                answers.append(_texts(await session.inline(uri, 4, 13)))
+                answers.append(_texts(await session.inline(uri, 4, 13, automatic=True)))
             assert answers[0] == answers[1], (threshold, changed)
             shown.update(map(tuple, answers))
         if likely:  # some weights show a candidate and some do not

@@ -5,6 +5,9 @@
  * work-done `$/progress` from the server, completion requests in flight, enable/disable) into
  * one `StatusView`: the text, the tooltip and the command run on click.
  *
+ * A `ready` status with a message says why the last completion showed nothing: the tooltip
+ * carries it, the text stays the same (abstaining is normal, not an alarm).
+ *
  * Invariants: pure, no `vscode` import; the view is a function of the inputs seen so far;
  * disabled, then a dead client, then a server error take precedence over everything else;
  * clicking an error opens the log.
@@ -112,7 +115,8 @@ export class StatusModel {
     if (this.inFlight > 0 || this.server?.state === 'busy') {
       return { text: '$(loading~spin) GLM-5', tooltip: 'GLM-5 is completing.', command: 'glm5.showStats', error: false };
     }
-    return { text: '$(check) GLM-5', tooltip: 'GLM-5 is ready. Click for statistics.', command: 'glm5.showStats', error: false };
+    const why = this.server?.state === 'ready' && this.server.message ? ` Last completion: ${this.server.message}.` : '';
+    return { text: '$(check) GLM-5', tooltip: `GLM-5 is ready.${why} Click for statistics.`, command: 'glm5.showStats', error: false };
   }
 
   private warming(): { label: string; detail: string } | undefined {

@@ -34,6 +34,18 @@ test('busy while a completion is in flight, ready after it', () => {
   assert.match(status.view().text, /loading~spin/, 'the server can say it is busy too');
 });
 
+test('why nothing was shown goes to the tooltip, quietly, until something is shown', () => {
+  const status = new StatusModel();
+  status.running();
+  status.serverStatus({ state: 'ready', message: 'nothing shown: no candidate passed the syntax checks' });
+  const view = status.view();
+  assert.equal(view.text, '$(check) GLM-5');
+  assert.equal(view.error, false);
+  assert.match(view.tooltip, /Last completion: nothing shown: no candidate passed the syntax checks\./);
+  status.serverStatus({ state: 'ready' });
+  assert.equal(status.view().tooltip, 'GLM-5 is ready. Click for statistics.');
+});
+
 test('a server that never sends a status is ready once a completion was answered', () => {
   const status = new StatusModel();
   status.running();

@@ -194,7 +194,8 @@ function M.trigger()
   end
 end
 
---- A short status for the statusline: "GLM-5 ready", "GLM-5 warming 40%", ...
+--- A short status for the statusline: "GLM-5 ready", "GLM-5 warming 40%", "GLM-5 ready, nothing
+--- shown: ..." (why the last completion showed nothing, until one shows something), ...
 ---@return string
 function M.status_text()
   local s = M.state.status
@@ -206,6 +207,9 @@ function M.status_text()
   end
   if s.state == 'error' then
     return 'GLM-5 error: ' .. (s.message or 'see :LspLog')
+  end
+  if s.state == 'ready' and type(s.message) == 'string' and s.message ~= '' then
+    return 'GLM-5 ready, ' .. s.message -- why the last completion showed nothing
   end
   return 'GLM-5 ' .. s.state
 end
