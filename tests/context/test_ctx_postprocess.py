@@ -8,6 +8,7 @@ from context.classify import CompletionKind, classify
 from context.postprocess import (
     FILTERS,
     PostContext,
+    continue_typed_line,
     cut_to_single_line,
     drop_duplicate_suffix_lines,
     drop_empty,
@@ -45,6 +46,26 @@ def check(step, marked: str, raw: str, expected: str, language: str = "python", 
 )
 def test_strip_special_tokens(raw: str, expected: str) -> None:
     check(strip_special_tokens, "x = ┃\n", raw, expected)
+
+
+@pytest.mark.parametrize(
+    ("marked", "raw", "expected"),
+    [
+        # a fresh line written after typed code: its indentation goes, and what it re-types too
+        ("def f(v):\n    for x in v:\n        s += ┃\n", "            s += 1", "1"),
+        ("def f(d):\n    key = ┃\n", "        key = 0", "0"),
+        ("def f(d):\n    key = ┃\n", "        d[0]", "d[0]"),
+        ("def f(d):\n    key = ┃\n", "    ", "    "),  # nothing but spaces: left to drop_empty
+        ("total = f(a,┃)\n", "      b", " b"),  # after code, one space at most
+        ("total = f(a,┃)\n", " b", " b"),
+        ("return ┃\n", "return_value", "return_value"),  # a longer word, not a re-typed line
+        ("ret┃\n", "    return x", " return x"),  # the typed word is not the whole line: only spaces shrink
+        ("┃\n", "    x = 1", "    x = 1"),  # nothing typed: a whole line, indentation and all
+        ("if x:┃\n", "\n    y = 1", "\n    y = 1"),  # a block after the line: untouched
+    ],
+)
+def test_continue_typed_line(marked: str, raw: str, expected: str) -> None:
+    check(continue_typed_line, marked, raw, expected)
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,8 @@ from context.index import WorkspaceIndex
 from context.positions import Position
 from context import rerank
 from context.rerank import (
-    FEATURES, Reranker, Scored, ceiling, choose, features, floor, load_reranker, novel_ceiling, parses, repeats, undefined_names,
+    FEATURES, Reranker, Scored, ceiling, choose, features, floor, load_reranker, novel_ceiling, own_best, parses, repeats,
+    reranker_for, undefined_names,
 )
 
 GEOMETRY = "class Point:\n    def __init__(self, x):\n        self.x = x\n\n\ndef centroid(points):\n    return Point(sum(points))\n"
@@ -97,6 +98,46 @@ def test_the_shipped_weights_load_and_match_the_features() -> None:
     if reranker.threshold == 1.0:  # the fit found no threshold worth showing at: it must say it showed nothing
         assert reranker.meta["tuning"]["show_rate"] == 0.0
     assert reranker.meta["items"] > 0 and reranker.meta["packages"]
+
+
+def test_the_shipped_weights_are_the_embedded_models_only(tmp_path: Path) -> None:
+    """They name the embedded model's weights; any other model gets none (and says why), and a
+    file of the user's that names no model is taken at its word."""
+    from model_runtime.embedded import default_model_path
+    from model_runtime.fingerprint import weights_identity
+
+    shipped, why = reranker_for(weights_identity(default_model_path()))
+    assert shipped is not None and why == ""
+    other, why = reranker_for("0123456789abcdef0123456789abcdef")
+    assert other is None and "no reranker weights were fitted for this model" in why
+    unnamed = tmp_path / "mine.json"
+    unnamed.write_text(Reranker(shipped.weights, shipped.bias, 0.5, {"note": "fitted by hand"}).to_json())
+    mine, why = reranker_for("0123456789abcdef0123456789abcdef", str(unnamed))
+    assert mine is not None and mine.threshold == 0.5 and why == ""
+    named = tmp_path / "theirs.json"
+    named.write_text(Reranker(shipped.weights, shipped.bias, 0.5, {"model_identity": "feed"}).to_json())
+    assert reranker_for("0123456789abcdef0123456789abcdef", str(named))[0] is None
+    assert reranker_for("feed", str(named))[0] is not None
+
+
+def test_own_best_is_the_models_first_candidate_that_passes_the_checks(site) -> None:
+    """Without weights: the model's n-best in rank order, then retrieval's, each judged by the
+    checks (parses, not blank, does not re-type the next line); nothing passes, nothing shown,
+    unless the user asked."""
+    broken = Scored("centroid(points", ("model",), 0, -1.0, 5)
+    blank = Scored("   ", ("model",), 1, -1.0, 1)
+    good = Scored("centroid(points)", ("model",), 2, -5.0, 6)
+    retrieved = Scored("Point(0)", ("similar-line",), None, float("-inf"), 0)
+    assert own_best(site, [broken, blank, good, retrieved], always=False) == 2
+    assert own_best(site, [broken, blank, retrieved], always=False) == 2
+    assert own_best(site, [broken, blank], always=False) is None
+    assert own_best(site, [blank, broken], always=True) == 1
+
+
+def test_a_blank_candidate_wins_only_when_every_candidate_is_blank(site) -> None:
+    candidates = [Scored("", ("model",), 0, -0.01, 1), Scored("zzz(", ("model",), 1, -80.0, 8)]
+    choice, _ = choose(site, candidates, load_reranker(), abstain=False)
+    assert choice.index == 1
 
 
 def test_weights_for_other_features_are_refused(tmp_path: Path) -> None:
