@@ -11,7 +11,6 @@ the module; the settings change between the phases through `workspace/didChangeC
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
 import pytest_asyncio
