@@ -1,7 +1,9 @@
 """The per-request decode-time monitor: a `ConstraintSpec` plus the vocabulary, compiled.
 
 Role: `compile_constraint` turns the plain-data spec (built by `context/` from the IDE state),
-the tokenizer's vocabulary and the text before the cursor into a `Compiled` constraint; each
+the tokenizer's vocabulary and the text before the cursor into a `Compiled` constraint (Python's
+rules, `lexer.PyRules`; any other language's, `clike.BraceRules`: JavaScript, TypeScript, Go and
+Rust read as such, others with the plain rules); each
 sequence of the request (n-best branches included) drives its own `Monitor` over it. At every
 decode step the engine asks the monitor for the legal tokens it wants (`choose`), picks among
 them, and tells it what was accepted (`advance`).
