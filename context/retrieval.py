@@ -249,10 +249,11 @@ def previous_line(site: Site) -> str | None:
 
 def _place(site: Site, above: str, model_line: str, after: str) -> str | None:
     """`after` (the line following `model_line`) moved to the cursor: re-indented like the step
-    from `model_line` to `after`, applied to the line above the cursor."""
-    shift = _indent(after) - _indent(model_line)
-    width = max(0, _indent(above) + shift)
-    return _continue(site, " " * width + after.strip())
+    from `model_line` to `after`, applied to the line above the cursor, in the characters the
+    lines indent with (tabs in Go)."""
+    base, step = above[: _indent(above)], _indent(after) - _indent(model_line)
+    lead = base + after[_indent(model_line) : _indent(after)] if step >= 0 else base[: max(0, len(base) + step)]
+    return _continue(site, lead + after.strip())
 
 
 def _continue(site: Site, line: str) -> str | None:
