@@ -4,10 +4,13 @@ embedded model's vocabulary."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from context.brackets import open_brackets
 from model_runtime.api import ConstraintSpec
 from model_runtime.constraint.clike import BraceRules, BraceState, dialect_for
 from model_runtime.constraint.monitor import compile_constraint
@@ -143,3 +146,22 @@ def test_a_language_without_rules_gets_the_heal_prefix_and_the_line(tokenizer):
     spec = ConstraintSpec(language="plaintext", heal_prefix="ab", single_line=True)
     legal = admitted(tokenizer, spec, "x ")
     assert legal and all(s.startswith("ab") or "ab".startswith(s) for s in legal)
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_monitor_and_the_cursor_scan_agree_on_the_brackets_open_in_real_code():
+    """`context.brackets` (the brackets the server says are open) and the monitor's lexer read
+    the same text alike, at every 401st cut of this repository's TypeScript sources (template
+    literals, regular expressions, comments)."""
+    sources = sorted((REPO / "editor-client" / "vscode" / "src").glob("*.ts"))
+    assert sources
+    rules, cuts = BraceRules(dialect_for("typescript"), single_line=False), 0
+    for path in sources:
+        text = path.read_text(encoding="utf-8")
+        for cut in range(0, len(text), 401):
+            lexed = "".join(frame.char for frame in rules.facts(text[:cut]).stack)
+            assert open_brackets(text[:cut], "typescript") == lexed, (path.name, cut)
+            cuts += 1
+    assert cuts > 100
