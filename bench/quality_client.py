@@ -22,6 +22,7 @@ from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 
 from bench.quality_sets import Item
+from context.languages import language_for
 
 REPO = Path(__file__).resolve().parents[1]
 BASE_OPTIONS = {
@@ -99,7 +100,7 @@ class RowServer:
         await self.use_root(item.root)
         uri = item.path.resolve().as_uri()
         self.client.text_document_did_open(types.DidOpenTextDocumentParams(
-            text_document=types.TextDocumentItem(uri=uri, language_id="python", version=1, text=item.text)
+            text_document=types.TextDocumentItem(uri=uri, language_id=_language_id(item), version=1, text=item.text)
         ))
         started = time.perf_counter()
         result = await self.client.text_document_inline_completion_async(types.InlineCompletionParams(
@@ -120,7 +121,7 @@ class RowServer:
         await self.use_root(item.root)
         uri = item.path.resolve().as_uri()
         self.client.text_document_did_open(types.DidOpenTextDocumentParams(
-            text_document=types.TextDocumentItem(uri=uri, language_id="python", version=1, text=item.text)
+            text_document=types.TextDocumentItem(uri=uri, language_id=_language_id(item), version=1, text=item.text)
         ))
         try:
             return await self.command("glm5.explainContext", {"uri": uri, "position": {"line": item.line, "character": _character(item)}})
@@ -135,6 +136,12 @@ class RowServer:
         except (TimeoutError, ConnectionError, RuntimeError):
             pass
         self._cache_dir.cleanup()
+
+
+def _language_id(item: Item) -> str:
+    """The item's LSP languageId, from its file's extension (Python where none is known)."""
+    language = language_for(None, item.path)
+    return language.name if language is not None else "python"
 
 
 def _character(item: Item) -> int:

@@ -24,6 +24,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from context.brackets import open_brackets
 from context.classify import CompletionKind
 from context.document import DocumentSnapshot
 from context.index import WorkspaceIndex
@@ -37,7 +38,6 @@ BRACKET_LINES = 60  # how far back the bracket scan starts
 MAX_MEMBER_SCOPES = 96
 _TYPED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
 _QUALIFIER = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\.$")
-_OPEN = {"(": ")", "[": "]", "{": "}"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,53 +98,6 @@ def constraint_spec(site: Site) -> ConstraintSpec:
         member_scopes=scopes,
         defined_names=defined,
     )
-
-
-def open_brackets(text: str, language: str) -> str:
-    """Brackets left open at the end of `text`, innermost last, skipping strings and comments.
-
-    A newline with no bracket open ends a statement (`text` may start mid-file); in Python a
-    line ending in `\\` continues it.
-    """
-    stack: list[str] = []
-    comment = "#" if language == "python" else "//"
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if text.startswith(comment, i):
-            end = text.find("\n", i)
-            i = n if end < 0 else end
-            continue
-        if c in "\"'`":
-            i = _skip_string(text, i, language)
-            continue
-        if c in _OPEN:
-            stack.append(c)
-        elif c in ")]}" and stack and _OPEN[stack[-1]] == c:
-            stack.pop()
-        elif c in ")]}":
-            stack.clear()  # unbalanced: the scan started inside something; start over
-        i += 1
-    return "".join(stack)
-
-
-def _skip_string(text: str, i: int, language: str) -> int:
-    """Index just past the string starting at `i` (or the end of the text / line if unclosed)."""
-    quote = text[i]
-    if language == "python" and text.startswith(quote * 3, i):
-        end = text.find(quote * 3, i + 3)
-        return len(text) if end < 0 else end + 3
-    j = i + 1
-    while j < len(text):
-        if text[j] == "\\":
-            j += 2
-            continue
-        if text[j] == quote:
-            return j + 1
-        if text[j] == "\n" and quote != "`":
-            return j
-        j += 1
-    return len(text)
 
 
 def _names(

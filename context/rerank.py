@@ -324,7 +324,8 @@ def _typed_tree(language: Language, source: bytes) -> Tree:
 
 
 def _block(lines: list[str], row: int) -> tuple[int, int]:
-    """First and last line of the top-level block around `row` (by indentation)."""
+    """First and last line of the top-level block around `row` (by indentation), with the
+    closing brackets at the margin that end it."""
     first = row
     while first > 0 and not (lines[first - 1][:1].strip() and not lines[first - 1].startswith(("#", ")", "]", "}"))):
         first -= 1
@@ -333,6 +334,8 @@ def _block(lines: list[str], row: int) -> tuple[int, int]:
         first -= 1
     last = row
     while last + 1 < len(lines) and not lines[last + 1][:1].strip():
+        last += 1
+    while last + 1 < len(lines) and lines[last + 1].startswith((")", "]", "}")):  # the block's closing `}` (brace languages)
         last += 1
     return first, last
 

@@ -4,8 +4,9 @@ Role: for one cursor (`constraints.Site`), propose single-line texts to insert t
 server scores them under the model with the model's own n-best and the reranker picks one.
 Four sources, each tagged:
 - "similar-line": the line after the line most like the one above the cursor (token Jaccard),
-  in this file and in related files (open documents, files this one imports or is imported by,
-  files of its directory), re-indented to the cursor's block. Its best candidate alone is the
+  in this file and in related files of its language (open documents, files this one imports or
+  is imported by, files of its directory; JavaScript and TypeScript count as one language),
+  re-indented to the cursor's block. Its best candidate alone is the
   non-neural baseline "line after the most similar line". Each carries its match's similarity
   and its support: how many of the best matches are followed by the same text (evidence the
   reranker weighs).
@@ -17,7 +18,10 @@ Four sources, each tagged:
 - "identifier": completions of the identifier being typed from the names defined at the cursor,
   the members of its qualifier (`geometry.cen|`) and the workspace index.
 - "call": calls to workspace functions this file can reach by import, with their parameter
-  names as arguments (`centroid(points)`), once something is typed on the line.
+  names as arguments (`centroid(points)`), once something is typed on the line (Python only:
+  the parameters are read from `def` signatures).
+The identifier source reads the cursor's defined names and members where the IDE state has them
+(Python, `constraints.Site`), else only the workspace index's definitions.
 
 Invariants: pure apart from reading the index and files; never raises on content; every
 candidate is one line and starts where the cursor is (the typed text is not repeated); a text
@@ -37,6 +41,7 @@ from functools import lru_cache
 
 from context.index import WorkspaceIndex
 from context.constraints import Site
+from context.languages import language_named
 from context.similar import line_tokens
 from context.tags import Import, extract_tags
 
@@ -52,6 +57,7 @@ _IDENT = re.compile(r"[A-Za-z_]\w*")
 IMPORTS_TTL_S = 10.0
 IMPORTS_KEPT = 32
 _IMPORTS: dict[tuple[str, str, tuple[str, ...]], tuple[float, tuple[Import, ...]]] = {}  # see `_imports`
+_SCRIPT_FAMILY = ("javascript", "typescript", "tsx")
 TextSource = Callable[[str], str | None]
 
 
@@ -247,10 +253,11 @@ def previous_line(site: Site) -> str | None:
 
 def _place(site: Site, above: str, model_line: str, after: str) -> str | None:
     """`after` (the line following `model_line`) moved to the cursor: re-indented like the step
-    from `model_line` to `after`, applied to the line above the cursor."""
-    shift = _indent(after) - _indent(model_line)
-    width = max(0, _indent(above) + shift)
-    return _continue(site, " " * width + after.strip())
+    from `model_line` to `after`, applied to the line above the cursor, in the characters the
+    lines indent with (tabs in Go)."""
+    base, step = above[: _indent(above)], _indent(after) - _indent(model_line)
+    lead = base + after[_indent(model_line) : _indent(after)] if step >= 0 else base[: max(0, len(base) + step)]
+    return _continue(site, lead + after.strip())
 
 
 def _continue(site: Site, line: str) -> str | None:
@@ -267,14 +274,26 @@ def _continue(site: Site, line: str) -> str | None:
 
 
 def _related_files(site: Site, index: WorkspaceIndex | None) -> list[str]:
+    """Files of the cursor's language (family) this one imports, that import it, or beside it."""
     path = site.snapshot.path
     if index is None or not path:
         return []
-    related = [i.resolved_path for i in _imports(site, index) if i.resolved_path and i.resolved_path.endswith(".py")]
+    extensions = _family_extensions(site)
+    related = [i.resolved_path for i in _imports(site, index) if i.resolved_path]
     related += index.importers_of(path)
     related += sorted(index.files_in(os.path.dirname(path)))
-    unique = [p for p in dict.fromkeys(related) if p != path and p.endswith(".py")]
+    unique = [p for p in dict.fromkeys(related) if p != path and p.lower().endswith(extensions)]
     return unique[:MAX_RELATED_FILES]
+
+
+def _family_extensions(site: Site) -> tuple[str, ...]:
+    """The file extensions whose lines are worth matching at the cursor: its language's, and for
+    JavaScript and the TypeScripts each other's (a project mixes them)."""
+    language = site.snapshot.language
+    if language is None:
+        return (os.path.splitext(site.snapshot.path or "")[1].lower() or ".py",)
+    family = _SCRIPT_FAMILY if language.name in _SCRIPT_FAMILY else (language.name,)
+    return tuple(ext for name in family for ext in language_named(name).extensions)
 
 
 def _nearest_code(lines: list[str], start: int, step: int) -> int | None:

@@ -1,7 +1,9 @@
 """The per-request decode-time monitor: a `ConstraintSpec` plus the vocabulary, compiled.
 
 Role: `compile_constraint` turns the plain-data spec (built by `context/` from the IDE state),
-the tokenizer's vocabulary and the text before the cursor into a `Compiled` constraint; each
+the tokenizer's vocabulary and the text before the cursor into a `Compiled` constraint (Python's
+rules, `lexer.PyRules`; any other language's, `clike.BraceRules`: JavaScript, TypeScript, Go and
+Rust read as such, others with the plain rules); each
 sequence of the request (n-best branches included) drives its own `Monitor` over it. At every
 decode step the engine asks the monitor for the legal tokens it wants (`choose`), picks among
 them, and tells it what was accepted (`advance`).
@@ -27,6 +29,7 @@ from dataclasses import dataclass, field
 import torch
 
 from model_runtime.api import ConstraintReport, ConstraintSpec, SamplingParams
+from model_runtime.constraint.clike import BraceRules, BraceState, dialect_for
 from model_runtime.constraint.lexer import Frame, LexState, PyRules
 from model_runtime.constraint.vocab import END, Vocab
 
@@ -35,6 +38,7 @@ CONTEXT_CHARS = 4000  # text before the cursor scanned for strings and comments
 # what changes the lexical mode: an escape, a quote, a comment, a newline
 _MODE_MARKS = re.compile(r"""\\.|\"\"\"|'''|["'#\n]""", re.S)
 MEMO_LIMIT = 200_000
+State = LexState | BraceState
 MASK_CACHE = 256
 
 
@@ -42,30 +46,37 @@ class Compiled:
     """The rules of one request over one vocabulary, with memoised transitions."""
 
     def __init__(self, spec: ConstraintSpec, vocab: Vocab, stop_ids: frozenset[int], context: str) -> None:
-        if spec.language != "python":
-            raise ValueError(f"constraints support language 'python', not {spec.language!r}")
-        scopes: dict[str, tuple[str, ...]] = {}
-        for scope in spec.member_scopes:
-            scopes[scope.qualifier] = scopes.get(scope.qualifier, ()) + scope.members
-        self.rules = PyRules(spec.defined_names, scopes, spec.single_line)
+        self.python = spec.language == "python"
+        if self.python:
+            scopes: dict[str, tuple[str, ...]] = {}
+            for scope in spec.member_scopes:
+                scopes[scope.qualifier] = scopes.get(scope.qualifier, ()) + scope.members
+            self.rules: PyRules | BraceRules = PyRules(spec.defined_names, scopes, spec.single_line)
+        else:  # names and members are Python's only: brackets, line end and healing
+            self.rules = BraceRules(dialect_for(spec.language), spec.single_line)
         self.vocab, self.stop_ids = vocab, stop_ids
-        self._chars: dict[tuple[LexState, str, bool], tuple[LexState | None, str]] = {}
-        self._tokens: dict[tuple[LexState, int, bool], tuple[LexState | None, str]] = {}
-        self._masks: OrderedDict[tuple[LexState, bool, int], torch.Tensor] = OrderedDict()
+        self._chars: dict[tuple[State, str, bool], tuple[State | None, str]] = {}
+        self._tokens: dict[tuple[State, int, bool], tuple[State | None, str]] = {}
+        self._masks: OrderedDict[tuple[State, bool, int], torch.Tensor] = OrderedDict()
         self.start = self._start_state(spec, context)
 
-    def _start_state(self, spec: ConstraintSpec, context: str) -> LexState:
-        """Lex the text before the cursor as facts, from its last line that starts outside a string
-        or comment; brackets reconcile with `spec.open_brackets`."""
+    def _start_state(self, spec: ConstraintSpec, context: str) -> State:
+        """Lex the text before the cursor as facts (Python: from its last line that starts outside
+        a string or comment); brackets reconcile with `spec.open_brackets`."""
         cut = context[-CONTEXT_CHARS:]
         if len(context) > CONTEXT_CHARS and "\n" in cut:
             cut = cut[cut.index("\n") + 1 :]
-        cut = cut[_last_code_line(cut) :]
-        single, self.rules.single_line = self.rules.single_line, False
-        state = LexState()
-        for ch in cut:
-            state = self.rules.step(state, ch, check=False)[0] or state
-        self.rules.single_line = single
+        if self.python:
+            cut = cut[_last_code_line(cut) :]
+        state: State
+        if isinstance(self.rules, BraceRules):
+            state = self.rules.facts(cut)
+        else:
+            single, self.rules.single_line = self.rules.single_line, False
+            state = LexState()
+            for ch in cut:
+                state = self.rules.step(state, ch, check=False)[0] or state
+            self.rules.single_line = single
         lexed = tuple(f._replace(own=False) for f in state.stack)
         chars, wanted = "".join(f.char for f in lexed), spec.open_brackets
         if wanted.endswith(chars):
@@ -77,7 +88,7 @@ class Compiled:
             stack = tuple(Frame(c, "call" if c == "(" else "sub", False) for c in wanted)
         return self.rules.settle(state)._replace(stack=stack, own_string=False, heal=spec.heal_prefix)
 
-    def move(self, state: LexState, ch: str, check: bool) -> tuple[LexState | None, str]:
+    def move(self, state: State, ch: str, check: bool) -> tuple[State | None, str]:
         key = (state, ch, check)
         hit = self._chars.get(key)
         if hit is None:
@@ -86,7 +97,7 @@ class Compiled:
             hit = self._chars[key] = self.rules.step(state, ch, check)
         return hit
 
-    def token(self, state: LexState, token_id: int, check: bool) -> tuple[LexState | None, str]:
+    def token(self, state: State, token_id: int, check: bool) -> tuple[State | None, str]:
         """The state after `token_id` (unchanged for a stop token), or (None, the rule refusing it)."""
         if token_id in self.stop_ids:
             why = self.rules.can_end(state) if check else ("heal" if state.heal else "")
@@ -101,7 +112,7 @@ class Compiled:
             hit = self._tokens[key] = self._run(state, self.vocab.strings[token_id], check)
         return hit
 
-    def _run(self, state: LexState, text: str, check: bool) -> tuple[LexState | None, str]:
+    def _run(self, state: State, text: str, check: bool) -> tuple[State | None, str]:
         for ch in text:
             nxt, why = self.move(state, ch, check)
             if nxt is None:
@@ -109,7 +120,7 @@ class Compiled:
             state = nxt
         return state, ""
 
-    def mask(self, state: LexState, check: bool, size: int) -> torch.Tensor:
+    def mask(self, state: State, check: bool, size: int) -> torch.Tensor:
         """Exact legal-token mask [size] (bool) at `state`: one pruned walk of the vocabulary trie."""
         key = (state, check, size)
         hit = self._masks.get(key)
@@ -163,7 +174,7 @@ class Monitor:
     """One sequence's walk through a `Compiled` constraint."""
 
     compiled: Compiled
-    state: LexState
+    state: State
     checking: bool = True  # False once released: only the heal prefix is still enforced
     active: bool = True  # False once even the heal prefix found no legal token
     steps: int = 0

@@ -164,6 +164,26 @@ def test_open_brackets_skip_strings_and_comments(text: str, expected: str) -> No
     assert open_brackets(text, "python") == expected
 
 
+@pytest.mark.parametrize(
+    ("language", "text", "expected"),
+    [
+        ("javascript", "const a = `x (${ f(1", "{("),  # a template's ${ is open until its }
+        ("javascript", "const a = `x (${ f(1) } [`; g(", "("),
+        ("javascript", "x = /[(]/.test(s) && h(", "("),  # a regular expression's brackets are text
+        ("javascript", "x = a / b; y = (c / d", "("),  # divisions are no regular expressions
+        ("javascript", "/* ( */ // [\nfoo({", "({"),
+        ("typescript", "function f(a: string) {\n  const s = `(\n[`;\n  return ", "{"),
+        ("go", "s := `raw ( \\` + \"q(\\\"\" + string('(')\nfunc f() {\n\treturn ", "{"),
+        ("rust", "fn f<'a>(x: &'a str, y: &'a [u8]) -> u32 {\n  let c = '('; let s = r#\"(\"#;\n  ", "{"),
+        ("rust", "/* /* ( */ [ */ f(", "("),  # Rust's block comments nest
+        ("go", "/* /* ( */ f(", "("),  # Go's do not
+        ("rust", "let s = \"multi\n(line\"; g(", "("),
+    ],
+)
+def test_open_brackets_read_each_languages_strings_and_comments(language: str, text: str, expected: str) -> None:
+    assert open_brackets(text, language) == expected
+
+
 def test_multi_line_kind_is_not_single_line(workspace: Path) -> None:
     site = site_at(workspace, CURSOR, CompletionKind.MULTI_LINE)
     assert constraint_spec(site).single_line is False

@@ -265,3 +265,26 @@ def test_with_the_likelihood_known_floor_and_ceiling_are_the_extremes_over_how_t
             probabilities = [reranker.probability(features(site, v)) for v in (scored, *joined)]
             assert floor(site, scored, reranker) == pytest.approx(min(probabilities), abs=1e-12)
             assert ceiling(site, scored, reranker, model_may_join=True, scored=True) == pytest.approx(max(probabilities), abs=1e-12)
+
+
+BRACE_SOURCES = {
+    "javascript": "// totals\nfunction total(items) {\n  let sum = 0;\n  for (const item of items) {\n    sum += item.price;\n  }\n  return \n}\n\nfunction other() {\n  return 1;\n}\n",
+    "typescript": "interface Item { price: number }\n\nexport function total(items: Item[]): number {\n  let sum = 0;\n  return \n}\n",
+    "go": "package totals\n\n// Total sums.\nfunc Total(items []Item) int {\n\tsum := 0\n\tfor _, item := range items {\n\t\tsum += item.Price\n\t}\n\treturn \n}\n\nfunc Other() int {\n\treturn 1\n}\n",
+    "rust": "// totals\nfn total(items: &[Item]) -> u32 {\n    let mut sum = 0;\n    for item in items {\n        sum += item.price;\n    }\n    return \n}\n\nfn other() -> u32 { 1 }\n",
+}
+
+
+@pytest.mark.parametrize("language", sorted(BRACE_SOURCES))
+def test_parses_reads_each_language_with_its_grammar(tmp_path: Path, language: str) -> None:
+    """A hole inside a function whose closing brace is on its own line: the check parses the
+    block with that brace, so a good line parses and a broken one does not."""
+    text = BRACE_SOURCES[language]
+    lines = text.split("\n")
+    row = next(i for i, line in enumerate(lines) if line.strip() == "return")
+    snapshot = Document((tmp_path / f"totals.{language}").as_uri(), language, 1, text).snapshot()
+    site = build_site(snapshot, Position(row, len(lines[row])), CompletionKind.SINGLE_LINE)
+    good = "sum" if language in ("go", "rust") else "sum;"
+    assert parses(site, good) and parses(site, "sum + 1;")
+    assert not parses(site, "sum)") and not parses(site, "(sum") and not parses(site, "= =")
+    assert undefined_names(site, "nowhere_defined") == 0  # names are checked for Python only

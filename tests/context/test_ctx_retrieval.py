@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from context.classify import CompletionKind
 from context.constraints import build_site
 from context.document import Document
@@ -176,3 +178,33 @@ def test_the_wider_window_prefers_the_match_whose_neighbours_also_match(tmp_path
     assert [f.text for f in by_line] == ["    log(x)"]
     assert [f.text for f in by_window] == ["    x.check()"] and by_window[0].source == "similar-window"
     assert 0.0 < by_window[0].similarity <= 1.0
+
+
+# (language, file name, a sibling with the line that answers, the file with the cursor)
+SIBLINGS = [
+    ("javascript", "orders.js", "function load(config) {\n  const name = config.get('name');\n  const size = config.get('size');\n}\n",
+     "function save(config) {\n  const name = config.get('name');\n┃\n}\n"),
+    ("typescript", "orders.ts", "export function load(config: Config) {\n  const name = config.get('name');\n  const size = config.get('size');\n}\n",
+     "export function save(config: Config) {\n  const name = config.get('name');\n┃\n}\n"),
+    ("go", "orders.go", "package orders\n\nfunc Load(config Config) {\n\tname := config.Get(\"name\")\n\tsize := config.Get(\"size\")\n}\n",
+     "package orders\n\nfunc Save(config Config) {\n\tname := config.Get(\"name\")\n┃\n}\n"),
+    ("rust", "orders.rs", "fn load(config: &Config) {\n    let name = config.get(\"name\");\n    let size = config.get(\"size\");\n}\n",
+     "fn save(config: &Config) {\n    let name = config.get(\"name\");\n┃\n}\n"),
+]
+
+
+@pytest.mark.parametrize(("language", "sibling", "other", "marked"), SIBLINGS)
+def test_similar_lines_come_from_files_of_the_same_language(tmp_path: Path, language, sibling, other, marked) -> None:
+    """The cursor's file has no line after its `name` line; its sibling in the same language does."""
+    (tmp_path / sibling).write_text(other)
+    (tmp_path / "noise.py").write_text("def load(config):\n    name = config.get('name')\n    size = 1\n")
+    text = marked.replace(CURSOR, "")
+    path = tmp_path / ("main" + Path(sibling).suffix)
+    path.write_text(text)
+    index = WorkspaceIndex([tmp_path])
+    index.build()
+    snapshot = Document(path.as_uri(), language, 1, text).snapshot()
+    site = build_site(snapshot, TextIndex(text).position_at(marked.index(CURSOR)), CompletionKind.SINGLE_LINE, index)
+    found = similar_lines(site, index, disk_reader({}), 1)
+    expected = [line for line in other.splitlines() if "size" in line][0]  # indented as the file indents (Go: a tab)
+    assert [f.text for f in found] == [expected] and found[0].detail.startswith(str(tmp_path / sibling))
