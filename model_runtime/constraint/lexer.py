@@ -291,6 +291,8 @@ class PyRules:
                 return s._replace(mode=STRING, quote=ch * 3, own_string=True, operand=False, body=False), ""
             return s._replace(mode=STRING, quote=ch, own_string=True, operand=False, body=False), ""
         if ch == "#":
+            if check and s.dangling and not s.stack:  # `x = # ...`: the line would end without its operand
+                return None, "line"
             return s._replace(mode=COMMENT), ""
         if ch in OPENERS:
             return self._open(s, ch), ""

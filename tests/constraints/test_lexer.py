@@ -42,6 +42,7 @@ def first_refusal(text: str) -> tuple[int, str] | None:
     "try:\n    pass\nexcept ValueError as e:\n    print(e)\n",
     "total = 1e5 + 0x1f + 3.5  # any words here\n",
     "w = f'{undefined}' + rb'\\x00'\n",
+    "x = (1 +  # inside brackets the line goes on\n     2)\n",
 ])
 def test_legal_python_passes(text):
     assert first_refusal(text) is None
@@ -60,6 +61,7 @@ def test_legal_python_passes(text):
     ("x = points points", 11, "undefined"),  # a name right after an operand
     ("c = elif", 4, "undefined"),  # a statement keyword in an expression
     ("x = $", 4, "undefined"),
+    ("x = # the operand is missing", 4, "line"),  # a comment cannot follow a dangling operator
 ])
 def test_illegal_python_is_refused_at_the_first_bad_character(text, at, rule):
     assert first_refusal(text) == (at, rule)
