@@ -37,16 +37,24 @@ import numpy as np
 from bench.bench_quality import ROWS
 from bench.quality_client import RowServer
 from bench.quality_sets import TUNING_PACKAGES, Item, package_items, package_random_items, package_typed_items
-from context.rerank import FEATURES, WEIGHTS_PATH, Features, Reranker
+from context.rerank import FEATURES, WEIGHTS_PATH, Features, Reranker, names_target
 from model_runtime.fingerprint import weights_identity
 
 REPO = Path(__file__).resolve().parents[1]
+# The likelihood features' weights stay >= 0: a candidate the model finds likelier never scores
+# lower, all else equal. Unconstrained, the total log-likelihood's weight came out negative
+# (it and the token count move together), and the longer of two calls with the same evidence won
+# for being less likely.
+LIKELIHOOD = (FEATURES.index("mean_logprob"), FEATURES.index("logprob"))
 PRECISION = 0.35  # about what users accept of the suggestions they are shown (Copilot's ~30%), with a margin
 
 
-def fit_logistic(rows: list[list[float]], labels: list[int], l2: float = 1e-3, epochs: int = 3000, rate: float = 0.5) -> tuple[list[float], float]:
+def fit_logistic(
+    rows: list[list[float]], labels: list[int], l2: float = 1e-3, epochs: int = 3000, rate: float = 0.5,
+    nonnegative: tuple[int, ...] = (),
+) -> tuple[list[float], float]:
     """Weights and bias minimising the mean log-loss + l2/2 |w|^2 (positives weighted to balance);
-    full-batch gradient descent."""
+    full-batch gradient descent, projected so that the weights at `nonnegative` stay >= 0."""
     x, y = np.asarray(rows, dtype=np.float64), np.asarray(labels, dtype=np.float64)
     positives = max(1.0, y.sum())
     weight = np.where(y == 1, (len(y) - positives) / positives if positives < len(y) else 1.0, 1.0)
@@ -56,6 +64,7 @@ def fit_logistic(rows: list[list[float]], labels: list[int], l2: float = 1e-3, e
         p = 1 / (1 + np.exp(-np.clip(x @ w + b, -30.0, 30.0)))
         err = weight * (p - y)
         w -= rate * (x.T @ err / total + l2 * w)
+        w[list(nonnegative)] = np.maximum(w[list(nonnegative)], 0.0)
         b -= rate * err.sum() / total
     return [float(v) for v in w], float(b)
 
@@ -89,7 +98,7 @@ async def collect(items: list[Item], model: str, log_dir: Path) -> list[dict]:
                 result = await server.explain(item)
             finally:
                 item.path.write_text(original, encoding="utf-8")
-            explained.append({"target": item.expected, "candidates": result.get("candidates", [])})
+            explained.append({"target": item.expected, "line_prefix": item.typed, "candidates": result.get("candidates", [])})
             if n % 10 == 0:
                 print(f"  {n}/{len(items)}", flush=True)
         return explained
@@ -99,12 +108,16 @@ async def collect(items: list[Item], model: str, log_dir: Path) -> list[dict]:
 
 def candidate_rows(explained: list[dict]) -> tuple[list[list[float]], list[int], list[int]]:
     """Every scored candidate's features, its label (1 when it equals what the completion should
-    insert) and its item."""
+    insert) and its item. A feature added after the dump was written and computable from the
+    item's cursor line and the candidate's text (`names_target`) is computed here."""
     rows, labels, groups = [], [], []
     for g, item in enumerate(explained):
         for c in item["candidates"]:
             if c.get("features"):
-                rows.append([c["features"][f] for f in FEATURES])
+                values = c["features"] | {
+                    "names_target": c["features"].get("names_target", float(names_target(item["line_prefix"], c["text"])))
+                }
+                rows.append([values[f] for f in FEATURES])
                 labels.append(int(c["text"].rstrip() == item["target"].rstrip() and bool(c["text"].strip())))
                 groups.append(g)
     return rows, labels, groups
@@ -128,7 +141,7 @@ def fit(rows: list[list[float]], labels: list[int], groups: list[int], items: li
     """Weights fitted on the candidates of `items` (threshold 0: to be chosen)."""
     keep = set(items)
     picked = [i for i, g in enumerate(groups) if g in keep]
-    weights, bias = fit_logistic([rows[i] for i in picked], [labels[i] for i in picked])
+    weights, bias = fit_logistic([rows[i] for i in picked], [labels[i] for i in picked], nonnegative=LIKELIHOOD)
     return Reranker(tuple(weights), bias, 0.0, {})
 
 
@@ -160,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     items = package_items(args.cache, TUNING_PACKAGES, half, "tuning") + package_random_items(args.cache, TUNING_PACKAGES, half, "tuning")
     items += package_typed_items(args.cache, TUNING_PACKAGES, args.typed_per_package, "tuning")
     explained = json.loads(args.from_dump.read_text()) if args.from_dump else []
+    for entry, item in zip(explained, items):  # dumps written before the line prefix was kept
+        entry.setdefault("line_prefix", item.typed)
     if len(explained) > len(items):
         raise SystemExit(f"{args.from_dump} has {len(explained)} items; these flags make only {len(items)}")
     if len(explained) < len(items):

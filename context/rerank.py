@@ -13,7 +13,9 @@ Role: each candidate (the model's n-best and the retrieval candidates) gets `Fea
   its match's similarity, how many good matches are followed by it (support), the
   similar-context match's similarity, and the same rank and similarity for the wider
   "similar-window" search;
-- `unfinished`: the model's candidate hit the token limit before the line ended.
+- `unfinished`: the model's candidate hit the token limit before the line ended;
+- `names_target`: it starts with a name that shares its stem with the name the cursor line
+  assigns (`center = centroid(points)`).
 A `Reranker` (logistic regression weights, stored as data in `data/rerank.json`, fitted by
 `bench/fit_rerank.py` on holes that are not the evaluation's, for one model: `reranker_for`
 gives them only to that model, and reads them again when the file changes) turns features into
@@ -37,6 +39,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -54,9 +57,11 @@ WEIGHTS_PATH = Path(__file__).with_name("data") / "rerank.json"
 FEATURES = (
     "mean_logprob", "logprob", "parses", "undefined", "repeats", "blank", "model", "model_top",
     "similar_line", "similar_context", "identifier", "call", "agreement", "tokens", "unfinished",
-    "similar_top", "similarity", "support", "context_similarity", "window_top", "window_similarity",
+    "similar_top", "similarity", "support", "context_similarity", "window_top", "window_similarity", "names_target",
 )
-TEXT_CHECKS = ("parses", "undefined", "repeats", "blank")  # set by the candidate's text
+TEXT_CHECKS = ("parses", "undefined", "repeats", "blank", "names_target")  # set by the candidate's text
+_TARGET = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?::[^=]*)?=\s*$")
+_FIRST_NAME = re.compile(r"\s*(?:await\s+|self\.|cls\.)?([A-Za-z_]\w*)")
 _STRING = re.compile(r"[rbfuRBFU]{0,2}(\"\"\"[\s\S]*?\"\"\"|'''[\s\S]*?'''|\"(?:\\.|[^\"\\])*\"?|'(?:\\.|[^'\\])*'?)")
 _LEX = re.compile(r"[A-Za-z_]\w*|\d[\w.]*|==|!=|<=|>=|:=|->|\*\*|//|#.*|[^\s\w]")
 _BINDERS = frozenset({"def", "class", "as", "import", "global", "nonlocal", "from"})
@@ -117,6 +122,7 @@ def features(site: Site, candidate: Scored) -> Features:
         "context_similarity": candidate.context_similarity,
         "window_top": float(candidate.window_rank == 0),
         "window_similarity": candidate.window_similarity,
+        "names_target": float(names_target(site.line_prefix, text)),
     }
     return Features(tuple(values[name] for name in FEATURES))
 
@@ -382,6 +388,24 @@ def _bound_in(tokens: list[str]) -> set[str]:
         if token == ":=" and i:
             bound.add(tokens[i - 1])
     return bound
+
+
+def names_target(line_prefix: str, text: str) -> bool:
+    """Whether `text` starts with a name that shares its stem with the name being assigned on
+    the cursor line (`center = ` + `centroid(points)`, `user = ` + `get_user(id)`): code names a
+    value after what made it, and no other feature sees the left-hand side."""
+    target, first = _TARGET.match(line_prefix), _FIRST_NAME.match(text)
+    if target is None or first is None:
+        return False
+    left, right = _stem(target.group(1)), _stem(first.group(1))
+    if len(left) < 3 or len(right) < 3:
+        return False
+    common = len(os.path.commonprefix([left, right]))
+    return common >= 4 or common == min(len(left), len(right)) or left in right
+
+
+def _stem(name: str) -> str:
+    return name.lower().replace("_", "").removeprefix("get").removeprefix("make").removeprefix("load")
 
 
 def repeats(site: Site, text: str) -> bool:

@@ -54,6 +54,10 @@ WINDOW_FLOOR = 0.5  # "similar-window" widens only matches whose line scores at 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 _DEF = re.compile(r"\bdef\s+([A-Za-z_]\w*)\s*\(([^)]*)\)", re.S)
 _IDENT = re.compile(r"[A-Za-z_]\w*")
+_ASSIGNED = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?::[^=]*)?=\s*$")
+_RETURNS = re.compile(r"\)\s*->\s*([^:]+):")
+_BUILTIN_TYPES = {t.__name__: t for t in (int, float, complex, str, bytes, bool, list, dict, set, tuple, frozenset)} | {"None": type(None)}
+LATER_LINES = 30  # lines below the cursor searched for the assigned name's members
 IMPORTS_TTL_S = 10.0
 IMPORTS_KEPT = 32
 _IMPORTS: dict[tuple[str, str, tuple[str, ...]], tuple[float, tuple[Import, ...]]] = {}  # see `_imports`
@@ -379,11 +383,12 @@ def call_candidates(site: Site, index: WorkspaceIndex | None, limit: int) -> lis
             if item.resolved_path:
                 targets += [(n, item.resolved_path) for n in item.names]
     found: list[Retrieved] = []
+    used = _members_used_later(site)
     for name, file in targets:
         if not name.startswith(site.typed):
             continue
         params = _parameters(index, name, file)
-        if params is None:
+        if params is None or not _returns_members(index, name, file, used):
             continue
         call = f"{name}({', '.join(params)})"[len(site.typed) :]
         found.append(Retrieved(call, "call", f"{file}:{name}"))
@@ -435,6 +440,34 @@ def _parameters(index: WorkspaceIndex, name: str, file: str) -> list[str] | None
             continue
         return _required(match.group(2))
     return None
+
+
+def _members_used_later(site: Site) -> frozenset[str]:
+    """The members the name assigned on the cursor line (`center = |`) is used with in the
+    lines below, up to the end of its block (`center.x`): what its value must have."""
+    target = _ASSIGNED.match(site.line_prefix)
+    if target is None:
+        return frozenset()
+    lines = site.snapshot.text.split("\n")
+    indent = len(site.line_prefix) - len(site.line_prefix.lstrip())
+    used: set[str] = set()
+    for line in lines[site.position.line + 1 : site.position.line + 1 + LATER_LINES]:
+        if line.strip() and len(line) - len(line.lstrip()) < indent:
+            break
+        used.update(re.findall(rf"\b{re.escape(target.group(1))}\.([A-Za-z_]\w*)", line))
+    return frozenset(used)
+
+
+def _returns_members(index: WorkspaceIndex, name: str, file: str, used: frozenset[str]) -> bool:
+    """Whether function `name` of `file` may return a value with every member in `used`: False
+    only when its return annotation is a builtin type that lacks one (`-> float` for `center.x`)."""
+    if not used:
+        return True
+    for definition in index.definitions(name):
+        if definition.path == file and (match := _RETURNS.search(definition.text_snippet)) is not None:
+            builtin = _BUILTIN_TYPES.get(match.group(1).strip())
+            return builtin is None or used <= frozenset(dir(builtin))
+    return True
 
 
 def _required(signature: str) -> list[str]:

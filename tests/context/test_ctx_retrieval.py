@@ -87,6 +87,27 @@ def test_calls_to_imported_functions_with_required_parameter_names(tmp_path: Pat
     assert calls == ["centroid(points)", "scale(points, factor)"]
 
 
+def test_no_call_whose_annotated_builtin_return_lacks_a_member_used_below(tmp_path: Path) -> None:
+    """`center = ` followed by `center.x`: a function annotated `-> float` cannot be it (float
+    has no `x`); an unannotated one, or one returning a workspace class, stays."""
+    (tmp_path / "shapes.py").write_text(
+        "class Point:\n    x = 0\n\n\ndef perimeter(points) -> float:\n    return 0.0\n\n\n"
+        "def middle(points) -> Point:\n    return Point()\n\n\ndef first(points):\n    return points[0]\n\n\n"
+        "def count(points) -> int:\n    return len(points)\n"
+    )
+    text = "from shapes import perimeter, middle, first, count\n\n\ndef main(points):\n    center = \n    print(center.x)\n"
+    (tmp_path / "app.py").write_text(text)
+    index = WorkspaceIndex([tmp_path])
+    index.build()
+    snapshot = Document((tmp_path / "app.py").as_uri(), "python", 1, text).snapshot()
+    site = build_site(snapshot, TextIndex(text).position_at(text.index("center = ") + 9), CompletionKind.SINGLE_LINE, index)
+    assert [c.text for c in call_candidates(site, index, 4)] == ["middle(points)", "first(points)"]
+    used_as_int = text.replace("center.x", "center.bit_length()")
+    snapshot = Document((tmp_path / "app.py").as_uri(), "python", 2, used_as_int).snapshot()
+    site = build_site(snapshot, TextIndex(used_as_int).position_at(used_as_int.index("center = ") + 9), CompletionKind.SINGLE_LINE, index)
+    assert "count(points)" in [c.text for c in call_candidates(site, index, 4)]
+
+
 def test_calls_need_something_typed_on_the_line_and_lose_the_typed_prefix(tmp_path: Path) -> None:
     """No bare call statement at the start of a blank line (right for none of 1,259 on the
     tuning packages); after `c = cen` the call's rest."""

@@ -302,7 +302,7 @@ async def test_stats_break_a_completion_into_its_phases(tmp_path: Path) -> None:
     root.mkdir()
     (root / "geometry.py").write_text(GEOMETRY)
     fake = {"text": MODEL, "scores": [["centroid(points)", LIKELY]], "score_default": UNLIKELY, "step_s": 0.05, "score_s": 0.3}
-    session = await Session.start_fake(root, fake, {"debounceMs": 0, "abstain": False})
+    session = await Session.start_fake(root, fake, {"debounceMs": 0, "abstain": False, "rerankWeights": str(WEIGHTS)})
     try:
         await session.wait_ready()
         uri = session.create("app.py", APP)
