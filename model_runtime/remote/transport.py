@@ -12,6 +12,8 @@ Invariants:
 - TLS trusts `caBundle`, else `SSL_CERT_FILE`, else the system store; proxies come from the
   standard environment variables (httpx `trust_env`).
 - Leaving a `stream()` block early (cancellation) closes the connection.
+- A stream that sends nothing for `idleTimeoutMs` (a stopped vLLM keeps its connections open
+  and silent) is dropped with `EndpointUnavailable`, well before the request's own bound.
 """
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ from typing import Any
 import httpx
 
 from model_runtime.remote.config import RemoteConfig
+from model_runtime.remote.daemon_files import token_file_for
 from model_runtime.remote.errors import (
-    AuthError, EndpointUnavailable, ProtocolViolation, RequestRejected, RequestTimeout,
+    AuthError, EndpointUnavailable, ProtocolViolation, RemoteError, RequestRejected, RequestTimeout,
 )
 from model_runtime.remote.sse import error_text, events
 
@@ -59,27 +62,30 @@ class Endpoint:
         async with self._send("GET", path, None, deadline) as response:
             return await self._json_body(response)
 
-    async def post(self, path: str, body: dict[str, Any], deadline: float) -> Any:
-        async with self._send("POST", path, body, deadline) as response:
+    async def post(self, path: str, body: dict[str, Any], deadline: float, headers: dict[str, str] | None = None) -> Any:
+        async with self._send("POST", path, body, deadline, headers=headers) as response:
             return await self._json_body(response)
 
     @asynccontextmanager
     async def stream(self, path: str, body: dict[str, Any], deadline: float) -> AsyncIterator[AsyncIterator[dict[str, Any] | None]]:
         """The chunks of a streaming POST (a final None for `[DONE]`). A JSON answer (a server that
         ignored `stream`) is yielded as one chunk followed by None."""
-        async with self._send("POST", path, body, deadline) as response:
+        async with self._send("POST", path, body, deadline, idle=True) as response:
             kind = response.headers.get("content-type", "")
             if kind.startswith("text/event-stream"):
-                yield events(self._lines(response))
+                yield events(self._lines(response, deadline))
             elif kind.startswith("application/json"):
                 yield _single(await self._json_body(response))
             else:
                 raise ProtocolViolation(f"the engine answered a stream with content-type {kind or 'none'!r}, not text/event-stream")
 
     @asynccontextmanager
-    async def _send(self, method: str, path: str, body: dict[str, Any] | None, deadline: float) -> AsyncIterator[httpx.Response]:
+    async def _send(
+        self, method: str, path: str, body: dict[str, Any] | None, deadline: float, idle: bool = False,
+        headers: dict[str, str] | None = None,
+    ) -> AsyncIterator[httpx.Response]:
         for attempt in range(MAX_RETRIES + 1):
-            response = await self._open(method, path, body, deadline)
+            response = await self._open(method, path, body, deadline, idle, headers or {})
             if response.status_code in RETRY_STATUSES and attempt < MAX_RETRIES:
                 delay = retry_delay(response.headers.get("retry-after"), attempt)
                 await response.aclose()
@@ -100,26 +106,30 @@ class Endpoint:
                 await response.aclose()
             return
 
-    async def _open(self, method: str, path: str, body: dict[str, Any] | None, deadline: float) -> httpx.Response:
+    async def _open(
+        self, method: str, path: str, body: dict[str, Any] | None, deadline: float, idle: bool, headers: dict[str, str],
+    ) -> httpx.Response:
+        """Send the request; with `idle`, every read (headers, then each chunk) is bounded by the idle bound."""
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise RequestTimeout(f"the engine at {self.config.base_url} did not answer within {self.config.timeout_ms} ms")
+        read = min(remaining, self.config.idle_s) if idle else remaining
         request = self._client.build_request(
-            method, path, json=body, headers=self._headers(), timeout=httpx.Timeout(remaining),
+            method, path, json=body, headers={**self._headers(), **headers}, timeout=httpx.Timeout(remaining, read=read),
         )
         try:
             return await self._client.send(request, stream=True)
         except httpx.TimeoutException as exc:
-            raise RequestTimeout(f"the engine at {self.config.base_url} did not answer within {self.config.timeout_ms} ms") from exc
+            raise self._timeout(exc, deadline, idle) from exc
         except httpx.TransportError as exc:
             raise EndpointUnavailable(f"cannot reach the engine at {self.config.base_url}: {describe(exc)}") from exc
 
-    async def _lines(self, response: httpx.Response) -> AsyncIterator[str]:
+    async def _lines(self, response: httpx.Response, deadline: float) -> AsyncIterator[str]:
         try:
             async for line in response.aiter_lines():
                 yield line
         except httpx.TimeoutException as exc:
-            raise RequestTimeout(f"the engine at {self.config.base_url} stopped sending within {self.config.timeout_ms} ms") from exc
+            raise self._timeout(exc, deadline, idle=True) from exc
         except httpx.TransportError as exc:
             raise EndpointUnavailable(f"the engine at {self.config.base_url} dropped the stream: {describe(exc)}") from exc
 
@@ -134,6 +144,16 @@ class Endpoint:
             return json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ProtocolViolation(f"the engine answered with a body that is not JSON: {raw[:80]!r}") from exc
+
+    def _timeout(self, exc: httpx.TimeoutException, deadline: float, idle: bool) -> RemoteError:
+        """A read that timed out before the request's deadline hit the idle bound: the engine
+        went silent (stopped, wedged or gone without closing), so the stream counts as dropped."""
+        if idle and isinstance(exc, httpx.ReadTimeout) and time.monotonic() < deadline - 0.05:
+            return EndpointUnavailable(
+                f"the engine at {self.config.base_url} sent nothing for {self.config.idle_s * 1000:.0f} ms "
+                "(engine.idleTimeoutMs): the stream is treated as dropped; is the engine still running?"
+            )
+        return RequestTimeout(f"the engine at {self.config.base_url} did not answer within {self.config.timeout_ms} ms")
 
     def _headers(self) -> dict[str, str]:
         key = self.config.api_key()
@@ -155,7 +175,9 @@ class Endpoint:
 def auth_message(config: RemoteConfig, status: int, detail: str) -> str:
     where = f"the engine at {config.base_url} refused the request (HTTP {status}: {detail})"
     if not config.api_key_env:
-        return f"{where}: it needs an API key; put it in an environment variable and name that variable in engine.apiKeyEnv"
+        path = token_file_for(config.base_url)
+        found = "its token file was used" if config.api_key() else f"no token file of a local glm5-serve at {path}"
+        return f"{where}: it needs an API key ({found}); put the key in an environment variable and name that variable in engine.apiKeyEnv"
     if config.api_key() is None:
         return f"{where}: the API key variable {config.api_key_env} is not set in the server's environment"
     return f"{where}: check the API key in the environment variable {config.api_key_env}"
