@@ -16,7 +16,8 @@ Invariants:
   message for the user; the engine itself keeps serving. Those of the endpoint (not the refusal
   of one request) count as `EngineStats.engine_restarts`, which the server's health watches.
 - `SamplingParams.max_decode_ms` is honoured by cutting the stream once that long has passed
-  since the first text (reason LENGTH, the text so far), which also stops the server's decode.
+  since the first text (reason LENGTH, the text so far), which also stops the server's decode;
+  `glm5-serve` is also sent the budget (`max_decode_ms`), so it ends such a request itself.
 - A stream silent for `idleTimeoutMs` is dropped (a stopped engine may keep it open).
 - Constraint masks and n-best cannot be sent (the endpoints' grammars and `n` differ): such
   requests run unconstrained with one result. A token-healing prefix is honoured after the
@@ -209,6 +210,7 @@ class RemoteEngine:
     async def _run(self, request: GenerationRequest, on_event: EventCallback | None, on_done: DoneCallback) -> None:
         heal = request.constraint.heal_prefix if request.constraint is not None else ""
         state = _Progress(request.request_id, time.perf_counter(), heal)
+        state.usage.prompt_tokens = len(request.prompt_ids)  # until the endpoint's usage says (a cut stream never does)
         try:
             assert self._slots is not None
             async with self._slots:
@@ -240,6 +242,8 @@ class RemoteEngine:
     async def _stream(self, request: GenerationRequest, prompt: list[int] | str, on_event: EventCallback | None, state: _Progress) -> None:
         assert self._endpoint is not None and self.card is not None
         body = completion_body(request, self.card.name, prompt, stream=True, stop_token_ids=self.stop_token_ids)
+        if self.card.is_glm5_daemon and request.sampling.max_decode_ms:  # it ends the request itself (LENGTH), not aborted
+            body["max_decode_ms"] = request.sampling.max_decode_ms
         async with self._endpoint.stream("/v1/completions", body, self._deadline()) as chunks:
             iterator = aiter(chunks)
             while True:

@@ -115,7 +115,7 @@ class RemoteTokenizer:
         except httpx.TimeoutException as exc:
             raise RequestTimeout(f"{self.config.base_url}{path} did not answer within {self.config.timeout_ms} ms") from exc
         except httpx.TransportError as exc:
-            raise EndpointUnavailable(f"cannot reach the engine's tokenizer at {self.config.base_url}{path}: {describe(exc)}") from exc
+            raise EndpointUnavailable(f"cannot reach the engine at {self.config.base_url} (its tokenizer, {path}): {describe(exc)}") from exc
         try:
             answer = response.json()
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -162,6 +162,8 @@ async def _serve(service, access: Access, sock: socket.socket) -> None:
     url = f"{'https' if access.tls else 'http'}://{f'[{host}]' if ':' in host else host}:{port}"
     token_path = write_token(host, port, url, access.key) if access.token_file and access.key else None
     auth = f"token in {token_path}" if token_path else ("no auth" if access.key is None else "key from the environment")
+    for sig in (signal.SIGINT, signal.SIGTERM):  # a stop right after the line still ends cleanly
+        signal.signal(sig, lambda *_: setattr(server, "should_exit", True))
     print(f"glm5-serve: listening on {url} (model {service.name}; {auth})", flush=True)
     try:
         await server.serve(sockets=[sock])

@@ -187,3 +187,27 @@ async def test_bad_auth_is_a_clear_message_naming_the_variable(tiny_checkpoint, 
     finally:
         assert await session.stop() == 0
         d.stop()
+
+
+async def test_with_the_tokenizer_from_the_engine_a_dead_engine_is_a_clear_error_and_reaches_the_status(tiny_checkpoint, tmp_path):
+    """No model directory: prompts are tokenized by the engine's /tokenize. Once the engine is
+    gone, each completion over new text fails with the documented message (RequestFailed, not
+    an internal error), and repeated failures reach `glm5/status`."""
+    d = Daemon.start(tiny_checkpoint, tmp_path / "down.log")
+    session = await start_session(tmp_path, "down", d.url, {"warmup": False})
+    try:
+        uri, line, col = end_of(session)
+        assert isinstance(await session.inline(uri, line, col), types.InlineCompletionList)
+        d.kill()
+        for i in range(3):
+            text = SOURCE + "".join(f"total_{n} = {n}\n    " for n in range(i + 1))  # new text: /tokenize is asked again
+            session.change(uri, text)
+            lines = text.split("\n")
+            with pytest.raises(JsonRpcException, match=rf"cannot reach the engine at {d.url}.*is the engine running") as failed:
+                await asyncio.wait_for(session.inline(uri, len(lines) - 1, len(lines[-1])), 30)
+            assert failed.value.code == types.LSPErrorCodes.RequestFailed.value
+        status = await session.wait_for(lambda: [s for s in session.messages("glm5/status") if s["state"] == "error"], 30, "an error status")
+        assert "cannot reach the engine" in status[-1]["message"]
+    finally:
+        assert await session.stop() == 0
+        d.stop()
