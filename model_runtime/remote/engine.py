@@ -40,7 +40,9 @@ from model_runtime.api import (
     GenerationResult, ProgressCallback, SamplingParams, ScoreRequest, StreamEvent, WarmupReport,
 )
 from model_runtime.remote.config import RemoteConfig
-from model_runtime.remote.errors import ProtocolViolation, RemoteError, RequestRejected, RequestTimeout, Unsupported
+from model_runtime.remote.errors import (
+    EndpointUnavailable, ProtocolViolation, RemoteError, RequestRejected, RequestTimeout, Unsupported,
+)
 from model_runtime.remote.transport import Endpoint
 from model_runtime.remote.wire import (
     ModelCard, Usage, choice_of, completion_body, finish_reason, model_card, token_logprobs, usage_of,
@@ -262,7 +264,10 @@ class RemoteEngine:
                 if choice is None:
                     continue
                 before = state.text
-                state.add(choice.get("text", ""), finish_reason(choice.get("finish_reason")))
+                reason = finish_reason(choice.get("finish_reason"))
+                if reason is FinishReason.ABORT:  # not ours (ours cancels the task): the engine gave up on it
+                    raise EndpointUnavailable(f"the engine at {self.config.base_url} aborted the request (is it shutting down?)")
+                state.add(choice.get("text", ""), reason)
                 if state.diverged:  # the healed characters were not spelled: nothing fits the cursor
                     log.info("remote request %s: output does not continue %r; stopped", request.request_id, state.heal)
                     state.reason = FinishReason.STOP

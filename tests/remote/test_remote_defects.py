@@ -117,3 +117,13 @@ def test_a_failing_remote_tokenizer_is_a_request_failure_told_to_health():
     with pytest.raises(GenerationFailed, match=r"cannot reach the engine at http://127.0.0.1:9.*is the engine running"):
         tokens.count("def f():")
     assert noted == [1] and len(reported) == 1 and "cannot reach" in reported[0]
+
+
+def test_an_abort_the_engine_decided_is_an_error_not_a_cancellation(connect):
+    """vLLM stopped with SIGTERM ends its streams with finish_reason "abort": the user must be
+    told the engine gave up, not shown a cut completion as if they had cancelled it."""
+    with Scripted([sse(chunk("par"), chunk("tial", "abort"), "data: [DONE]\n\n")]) as server:
+        engine = connect(server.url)
+        result = run(engine, GenerationRequest("t", (1,), SamplingParams(max_tokens=8)))
+    assert result.finish_reason is FinishReason.ERROR and "aborted the request" in result.error
+    assert engine.stats().engine_restarts == 1

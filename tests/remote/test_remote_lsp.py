@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
 
 HELPERS = "".join(f"\n\ndef helper_{i}(values, scale={i}):\n    return [v * scale for v in values if v > {i}]\n" for i in range(8))
 SOURCE = f"import os\n{HELPERS}\n\ndef list_python_files(root):\n    return [f for f in os.listdir(root) if f.endswith('.py')]\n\n\ndef main():\n    "
-LONG = {"maxTokens": 2000, "multiline": "always"}  # long enough to still run when cancelled
+LONG = {"maxTokens": 2000, "multiline": "always", "maxDecodeMs": 0}  # long enough to still run when cancelled
 
 
 @pytest.fixture(scope="module")
