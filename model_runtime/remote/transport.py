@@ -12,8 +12,9 @@ Invariants:
 - TLS trusts `caBundle`, else `SSL_CERT_FILE`, else the system store; proxies come from the
   standard environment variables (httpx `trust_env`).
 - Leaving a `stream()` block early (cancellation) closes the connection.
-- A stream that sends nothing for `idleTimeoutMs` (a stopped vLLM keeps its connections open
-  and silent) is dropped with `EndpointUnavailable`, well before the request's own bound.
+- A stream that, once it has begun, sends nothing for `idleTimeoutMs` (a stopped vLLM keeps its
+  connections open and silent) is dropped with `EndpointUnavailable`, well before the request's
+  own bound. Its first line (after the prefill, or a queue on a busy engine) has the whole bound.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import httpx
 from model_runtime.remote.config import RemoteConfig
 from model_runtime.remote.daemon_files import token_file_for
 from model_runtime.remote.errors import (
-    AuthError, EndpointUnavailable, ProtocolViolation, RemoteError, RequestRejected, RequestTimeout,
+    AuthError, EndpointUnavailable, ProtocolViolation, RequestRejected, RequestTimeout,
 )
 from model_runtime.remote.sse import error_text, events
 
@@ -70,10 +71,10 @@ class Endpoint:
     async def stream(self, path: str, body: dict[str, Any], deadline: float) -> AsyncIterator[AsyncIterator[dict[str, Any] | None]]:
         """The chunks of a streaming POST (a final None for `[DONE]`). A JSON answer (a server that
         ignored `stream`) is yielded as one chunk followed by None."""
-        async with self._send("POST", path, body, deadline, idle=True) as response:
+        async with self._send("POST", path, body, deadline) as response:
             kind = response.headers.get("content-type", "")
             if kind.startswith("text/event-stream"):
-                yield events(self._lines(response, deadline))
+                yield events(self._lines(response))
             elif kind.startswith("application/json"):
                 yield _single(await self._json_body(response))
             else:
@@ -81,11 +82,10 @@ class Endpoint:
 
     @asynccontextmanager
     async def _send(
-        self, method: str, path: str, body: dict[str, Any] | None, deadline: float, idle: bool = False,
-        headers: dict[str, str] | None = None,
+        self, method: str, path: str, body: dict[str, Any] | None, deadline: float, headers: dict[str, str] | None = None,
     ) -> AsyncIterator[httpx.Response]:
         for attempt in range(MAX_RETRIES + 1):
-            response = await self._open(method, path, body, deadline, idle, headers or {})
+            response = await self._open(method, path, body, deadline, headers or {})
             if response.status_code in RETRY_STATUSES and attempt < MAX_RETRIES:
                 delay = retry_delay(response.headers.get("retry-after"), attempt)
                 await response.aclose()
@@ -107,29 +107,40 @@ class Endpoint:
             return
 
     async def _open(
-        self, method: str, path: str, body: dict[str, Any] | None, deadline: float, idle: bool, headers: dict[str, str],
+        self, method: str, path: str, body: dict[str, Any] | None, deadline: float, headers: dict[str, str],
     ) -> httpx.Response:
-        """Send the request; with `idle`, every read (headers, then each chunk) is bounded by the idle bound."""
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise RequestTimeout(f"the engine at {self.config.base_url} did not answer within {self.config.timeout_ms} ms")
-        read = min(remaining, self.config.idle_s) if idle else remaining
         request = self._client.build_request(
-            method, path, json=body, headers={**self._headers(), **headers}, timeout=httpx.Timeout(remaining, read=read),
+            method, path, json=body, headers={**self._headers(), **headers}, timeout=httpx.Timeout(remaining),
         )
         try:
             return await self._client.send(request, stream=True)
         except httpx.TimeoutException as exc:
-            raise self._timeout(exc, deadline, idle) from exc
+            raise RequestTimeout(f"the engine at {self.config.base_url} did not answer within {self.config.timeout_ms} ms") from exc
         except httpx.TransportError as exc:
             raise EndpointUnavailable(f"cannot reach the engine at {self.config.base_url}: {describe(exc)}") from exc
 
-    async def _lines(self, response: httpx.Response, deadline: float) -> AsyncIterator[str]:
+    async def _lines(self, response: httpx.Response) -> AsyncIterator[str]:
+        """The body's lines; after the first, each waited for at most the idle bound."""
+        lines = response.aiter_lines()
+        idle: float | None = None
         try:
-            async for line in response.aiter_lines():
+            while True:
+                try:
+                    line = await asyncio.wait_for(anext(lines), idle)
+                except StopAsyncIteration:
+                    return
+                except TimeoutError:
+                    raise EndpointUnavailable(
+                        f"the engine at {self.config.base_url} sent nothing for {self.config.idle_s * 1000:.0f} ms "
+                        "(engine.idleTimeoutMs): the stream is treated as dropped; is the engine still running?"
+                    ) from None
+                idle = self.config.idle_s
                 yield line
         except httpx.TimeoutException as exc:
-            raise self._timeout(exc, deadline, idle=True) from exc
+            raise RequestTimeout(f"the engine at {self.config.base_url} stopped sending within {self.config.timeout_ms} ms") from exc
         except httpx.TransportError as exc:
             raise EndpointUnavailable(f"the engine at {self.config.base_url} dropped the stream: {describe(exc)}") from exc
 
@@ -144,16 +155,6 @@ class Endpoint:
             return json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ProtocolViolation(f"the engine answered with a body that is not JSON: {raw[:80]!r}") from exc
-
-    def _timeout(self, exc: httpx.TimeoutException, deadline: float, idle: bool) -> RemoteError:
-        """A read that timed out before the request's deadline hit the idle bound: the engine
-        went silent (stopped, wedged or gone without closing), so the stream counts as dropped."""
-        if idle and isinstance(exc, httpx.ReadTimeout) and time.monotonic() < deadline - 0.05:
-            return EndpointUnavailable(
-                f"the engine at {self.config.base_url} sent nothing for {self.config.idle_s * 1000:.0f} ms "
-                "(engine.idleTimeoutMs): the stream is treated as dropped; is the engine still running?"
-            )
-        return RequestTimeout(f"the engine at {self.config.base_url} did not answer within {self.config.timeout_ms} ms")
 
     def _headers(self) -> dict[str, str]:
         key = self.config.api_key()
