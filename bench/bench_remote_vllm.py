@@ -91,6 +91,7 @@ async def cancels(server: VllmServer, work: Path, count: int) -> None:
         uri = session.open(session.root / "main.py")
         idle, missed = [], 0
         for n in range(count):
+            session.change(uri, SOURCE.replace("def main():", f"def main_{n}():"))  # new text: no cached answer
             seen = len(session.messages("glm5/inlineCompletionProgress"))
             future = session.inline_request(uri, 8, 4, msg_id=f"c{n}", automatic=False)
             try:
