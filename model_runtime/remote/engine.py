@@ -393,7 +393,8 @@ class _Progress:
         if left <= 0:
             raise _BudgetSpent
         try:
-            return await asyncio.wait_for(anext(chunks), left)
+            async with asyncio.timeout(left):  # not wait_for: on 3.11 it can swallow an abort (a cancel)
+                return await anext(chunks)
         except TimeoutError:
             raise _BudgetSpent from None
 

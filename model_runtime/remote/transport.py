@@ -129,7 +129,8 @@ class Endpoint:
         try:
             while True:
                 try:
-                    line = await asyncio.wait_for(anext(lines), idle)
+                    async with asyncio.timeout(idle):  # not wait_for: on 3.11 it can swallow an abort (a cancel)
+                        line = await anext(lines)
                 except StopAsyncIteration:
                     return
                 except TimeoutError:

@@ -127,3 +127,20 @@ def test_an_abort_the_engine_decided_is_an_error_not_a_cancellation(connect):
         result = run(engine, GenerationRequest("t", (1,), SamplingParams(max_tokens=8)))
     assert result.finish_reason is FinishReason.ERROR and "aborted the request" in result.error
     assert engine.stats().engine_restarts == 1
+
+
+def test_an_abort_mid_stream_always_ends_the_request(connect):
+    """A fast stream (a chunk every millisecond, as vLLM sends tokens): every abort ends its
+    request at once with the text so far, never after the stream's end (an abort arriving while a
+    line was being read must not be lost)."""
+    parts = [chunk("x") for _ in range(1999)] + [chunk("x", "length")]
+    with Scripted([paced(parts, 0.001)]) as server:
+        engine = connect(server.url, timeout_ms=60_000)
+        for n in range(5):
+            done, box, seen = threading.Event(), [], threading.Event()
+            engine.submit(GenerationRequest(f"a{n}", (1,), SamplingParams(max_tokens=2000)),
+                          lambda event: seen.set(), lambda r: (box.append(r), done.set()))
+            assert seen.wait(30)
+            engine.abort(f"a{n}")
+            assert done.wait(30)
+            assert box[0].finish_reason is FinishReason.ABORT and len(box[0].text) < 2000
