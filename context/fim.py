@@ -14,6 +14,10 @@ The model then writes the middle and ends with an eos token (`<|endoftext|>`).
 `header` is the cross-file context: snippets rendered by `render_snippet`, most stable first,
 then `file_header(current path)`.
 
+A tokenizer of another code-model family (a remote engine serving Qwen2.5-Coder, StarCoder2,
+...) carries its template as `fim` (`model_runtime.fim_templates`): the prompt then uses that
+family's markers and order, or is prefix-only for a model without FIM tokens.
+
 Invariants: pure functions, no torch, no LSP. A tokenizer lacking a needed special token raises
 `TokenizerError` (from `model_runtime.tokenizer`, which does not import torch either).
 """
@@ -68,7 +72,11 @@ def render_snippet(path: str, text: str, language: str) -> str:
 def fim_prompt_ids(
     tok: TokenizerLike, header: str, prefix: str, suffix: str, mode: FimMode = FimMode.SPM
 ) -> list[int]:
-    """Token ids of a FIM prompt, ending with `<|code_middle|>`."""
+    """Token ids of a FIM prompt, ending with `<|code_middle|>` (or the family's own layout)."""
+    fim = getattr(tok, "fim", None)
+    if fim is not None and fim.name != "glm":
+        encode = tok.encode
+        return fim.prompt_ids(encode(header) if header else [], encode(prefix) if prefix else [], encode(suffix) if suffix else [])
     sp = tok.special
     ids = [sp.require("gmask"), sp.require("sop")]
     ids += tok.encode(header) if header else []

@@ -15,8 +15,9 @@ Invariants:
 - torch is imported only by the loader, on a worker thread, when the first model is needed:
   importing this module never imports torch.
 - One model at a time: concurrent `load` calls share a single load.
-- Repeated engine failures (recoveries of the engine thread, `EngineStats.engine_restarts`) are
-  told to `health` (`lsp_server.health`), which reports them once as a whole.
+- Repeated engine failures (recoveries of the engine thread, `EngineStats.engine_restarts`; a
+  remote engine counts its endpoint's failures there, its `/tokenize` ones included) are told
+  to `health` (`lsp_server.health`), which reports them once as a whole.
 - Start-up order: once start-up announced a persistent KV store (`expect_store`), `generate`
   waits for it to be bound (at most `store_wait_s`), so the first completion after a restart
   reuses the blocks a previous session persisted instead of racing the binding.
@@ -71,6 +72,16 @@ class ModelHandle:
     path: str
     context_length: int  # the model's positions: prompt + max_tokens must fit
     identity: str = ""  # which weights these are (`fingerprint.weights_identity`): data fitted for a model is keyed by it
+
+    @property
+    def notice(self) -> str:
+        """What the user must know about this model's prompts ("" when nothing): a served model
+        without fill-in-the-middle tokens of a known family gets prefix-only prompts."""
+        fim = getattr(self.tokenizer, "fim", None)
+        if fim is None or fim.name != "none":
+            return ""
+        return ("; the served model has no fill-in-the-middle tokens of a known family (GLM, Qwen2.5-Coder, DeepSeek-Coder, "
+                "StarCoder2, Code Llama): completions see only the code before the cursor (engine.fimTemplate names a template)")
 
     def safe(self) -> ModelHandle:
         """This handle with a tokenizer that accepts any editor text (see `tokens`)."""
@@ -157,9 +168,15 @@ def no_text(path: str, runtime: RuntimeOptions) -> None:
 def load_remote(path: str, config: RemoteConfig) -> ModelHandle:
     """Connect to an OpenAI-compatible engine; the tokenizer from `path` if given, else its /tokenize."""
     from model_runtime.remote.connect import connect
+    from model_runtime.remote.tokenizer import RemoteTokenizer
+
+    from .remote_tokens import RemoteTokens
 
     remote = connect(config, path or None)
-    return ModelHandle(remote.engine, remote.tokenizer, config.base_url, remote.context_length, remote_identity(config))
+    tokenizer = remote.tokenizer
+    if isinstance(tokenizer, RemoteTokenizer):  # HTTP per new text: its failures are the engine's
+        tokenizer = RemoteTokens(tokenizer, remote.engine.note_failure)
+    return ModelHandle(remote.engine, tokenizer, config.base_url, remote.context_length, remote_identity(config))
 
 
 def remote_identity(config: RemoteConfig) -> str:
@@ -240,8 +257,19 @@ class EngineClient:
             handle.engine.shutdown()
             raise ModelUnavailable("the server is shutting down")
         self._handle, self.state = handle, ModelState.READY
+        self._watch_tokenizer(handle, loop)
         log.info("model ready: %s", handle.path)
         return handle
+
+    def _watch_tokenizer(self, handle: ModelHandle, loop: asyncio.AbstractEventLoop) -> None:
+        """A remote tokenizer's failures (the engine is down while a prompt is built) count
+        towards the engine's health like failed generations."""
+        tokens = getattr(handle.tokenizer, "inner", None)
+        if hasattr(tokens, "report"):
+            tokens.report = lambda error: _call_soon(loop, self._tokenizer_failed, handle, error)
+
+    def _tokenizer_failed(self, handle: ModelHandle, error: str) -> None:
+        self.health.failed(handle.engine.stats().engine_restarts, error)
 
     def _locate_and_load(self, locate: Callable[[], str | None], runtime: RuntimeOptions, publish: Callable[[TextModel], None]) -> ModelHandle:
         path = locate()

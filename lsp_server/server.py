@@ -98,7 +98,7 @@ class Glm5Server(LanguageServer):
     def runtime_options(self) -> RuntimeOptions:
         return RuntimeOptions(
             self.cli_device or self.settings.device, self.cli_dtype or self.settings.dtype, self.cli_mtp or self.settings.mtp,
-            self.cli_engine or self.settings.engine, threads=self.settings.threads,
+            self.cli_engine.over(self.settings.engine) if self.cli_engine else self.settings.engine, threads=self.settings.threads,
             compile_decode=self.settings.compile_decode,
         )
 

@@ -44,8 +44,9 @@ Role: one frozen `ServerSettings` value; every change makes a new one. The keys 
                           the model in use; `~` expands, a relative path starts at the server's
                           working directory) instead of the shipped one; null: the shipped one
     engine                a remote OpenAI-compatible engine instead of the in-process one (start-up only):
-                          a URL, or {url, model, apiKeyEnv, caBundle, timeoutMs, maxConcurrency,
-                          promptFormat} (`model_runtime.remote.config`); `model` then only names
+                          a URL, or {url, model, apiKeyEnv, caBundle, timeoutMs, idleTimeoutMs,
+                          maxConcurrency, promptFormat, fimTemplate} (`model_runtime.remote.config`;
+                          `--engine-url` replaces only its `url`); `model` then only names
                           the directory of the tokenizer (else the engine's /tokenize is used)
 
 Invariants: parsing never raises. A key with a bad value keeps its previous value and yields a

@@ -92,7 +92,7 @@ async def start_up(ls: Glm5Server) -> None:
         with ls.stats.phase("warmup"):
             await warm_up(ls)
     freeze_heap()
-    send_status(ls, "ready", f"model {handle.path}")
+    send_status(ls, "ready", f"model {handle.path}{handle.notice}")
     ls.stats.startup_ended(started)
     ls.announced_ready = True
 

@@ -13,7 +13,12 @@ Invariants:
   the text so far. Each request is bounded by `timeoutMs` as a whole (no hang on a silent server).
 - At most `maxConcurrency` requests are in flight; the rest wait their turn.
 - Failures (unreachable, auth, timeouts, malformed streams) end that request with ERROR and a
-  message for the user; the engine itself keeps serving.
+  message for the user; the engine itself keeps serving. Those of the endpoint (not the refusal
+  of one request) count as `EngineStats.engine_restarts`, which the server's health watches.
+- `SamplingParams.max_decode_ms` is honoured by cutting the stream once that long has passed
+  since the first text (reason LENGTH, the text so far), which also stops the server's decode;
+  `glm5-serve` is also sent the budget (`max_decode_ms`), so it ends such a request itself.
+- A stream silent for `idleTimeoutMs` is dropped (a stopped engine may keep it open).
 - Constraint masks and n-best cannot be sent (the endpoints' grammars and `n` differ): such
   requests run unconstrained with one result. A token-healing prefix is honoured after the
   fact: stripped from the text, and an output that does not spell it ends the request empty.
@@ -27,7 +32,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, TypeVar
 
 from model_runtime.api import (
@@ -35,7 +40,9 @@ from model_runtime.api import (
     GenerationResult, ProgressCallback, SamplingParams, ScoreRequest, StreamEvent, WarmupReport,
 )
 from model_runtime.remote.config import RemoteConfig
-from model_runtime.remote.errors import ProtocolViolation, RemoteError, RequestRejected, RequestTimeout, Unsupported
+from model_runtime.remote.errors import (
+    EndpointUnavailable, ProtocolViolation, RemoteError, RequestRejected, RequestTimeout, Unsupported,
+)
 from model_runtime.remote.transport import Endpoint
 from model_runtime.remote.wire import (
     ModelCard, Usage, choice_of, completion_body, finish_reason, model_card, token_logprobs, usage_of,
@@ -56,6 +63,7 @@ class RemoteEngine:
         self.card: ModelCard | None = None
         self.prompt_format = "ids" if config.prompt_format == "auto" else config.prompt_format
         self.decode_prompt = decode_prompt  # ids -> text with special tokens, for endpoints that refuse ids
+        self.stop_token_ids: tuple[int, ...] = ()  # the FIM template's end tokens, sent with every completion
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="glm5-remote", daemon=True)
         self._endpoint: Endpoint | None = None
@@ -63,6 +71,8 @@ class RemoteEngine:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._counters = EngineStats.zero_counters()
         self._errors = 0
+        self._lease: str | None = None  # `glm5-serve`'s lease on the workspace KV store this client bound
+        self._failures = threading.Lock()  # `note_failure` comes from the loop and tokenizer threads
 
     # ---- life cycle ------------------------------------------------------------------------
     def start(self) -> RemoteEngine:
@@ -153,19 +163,26 @@ class RemoteEngine:
         return self.call(self._one(list(prompt_ids)))
 
     def open_workspace(self, roots: list[str]) -> str:
+        """`glm5-serve`: bind its KV store to these roots; the lease it answers lets this client
+        (and only it) persist or clear that store later."""
         if self.card is not None and self.card.is_glm5_daemon:
-            return self.call(self._post("/glm5/workspace", {"roots": list(roots)}))["directory"]
+            answer = self.call(self._post("/glm5/workspace", {"roots": list(roots)}))
+            self._lease = answer.get("lease") if isinstance(answer.get("lease"), str) else None
+            return answer["directory"]
         return f"none: {self.config.base_url} keeps its own prefix cache"
 
     def persist(self) -> int:
         if self.card is not None and self.card.is_glm5_daemon:
-            return int(self.call(self._post("/glm5/persist", {}))["blocks"])
+            return int(self.call(self._post("/glm5/persist", {}, self._lease_header()))["blocks"])
         return 0
 
     def clear_cache(self, workspace: bool = True) -> int:
         if self.card is not None and self.card.is_glm5_daemon:
-            return int(self.call(self._post("/glm5/cache/clear", {"workspace": workspace}))["bytes"])
+            return int(self.call(self._post("/glm5/cache/clear", {"workspace": workspace}, self._lease_header()))["bytes"])
         return 0
+
+    def _lease_header(self) -> dict[str, str]:
+        return {"X-Glm5-Workspace": self._lease} if self._lease else {}
 
     def score(self, request: ScoreRequest, timeout: float = 30.0) -> list[ContinuationScore]:
         """Log-probabilities of each continuation after the prompt: `glm5-serve` scores them in
@@ -195,6 +212,7 @@ class RemoteEngine:
     async def _run(self, request: GenerationRequest, on_event: EventCallback | None, on_done: DoneCallback) -> None:
         heal = request.constraint.heal_prefix if request.constraint is not None else ""
         state = _Progress(request.request_id, time.perf_counter(), heal)
+        state.usage.prompt_tokens = len(request.prompt_ids)  # until the endpoint's usage says (a cut stream never does)
         try:
             assert self._slots is not None
             async with self._slots:
@@ -225,9 +243,20 @@ class RemoteEngine:
 
     async def _stream(self, request: GenerationRequest, prompt: list[int] | str, on_event: EventCallback | None, state: _Progress) -> None:
         assert self._endpoint is not None and self.card is not None
-        body = completion_body(request, self.card.name, prompt, stream=True)
+        body = completion_body(request, self.card.name, prompt, stream=True, stop_token_ids=self.stop_token_ids)
+        if self.card.is_glm5_daemon and request.sampling.max_decode_ms:  # it ends the request itself (LENGTH), not aborted
+            body["max_decode_ms"] = request.sampling.max_decode_ms
         async with self._endpoint.stream("/v1/completions", body, self._deadline()) as chunks:
-            async for chunk in chunks:
+            iterator = aiter(chunks)
+            while True:
+                try:
+                    chunk = await state.next_within_budget(iterator, request.sampling.max_decode_ms)
+                except StopAsyncIteration:
+                    break
+                except _BudgetSpent:
+                    log.debug("remote request %s: decode budget of %g ms spent; stream cut", request.request_id, request.sampling.max_decode_ms)
+                    state.reason = FinishReason.LENGTH
+                    return
                 if chunk is None:
                     return
                 usage_of(chunk, state.usage)
@@ -235,7 +264,10 @@ class RemoteEngine:
                 if choice is None:
                     continue
                 before = state.text
-                state.add(choice.get("text", ""), finish_reason(choice.get("finish_reason")))
+                reason = finish_reason(choice.get("finish_reason"))
+                if reason is FinishReason.ABORT:  # not ours (ours cancels the task): the engine gave up on it
+                    raise EndpointUnavailable(f"the engine at {self.config.base_url} aborted the request (is it shutting down?)")
+                state.add(choice.get("text", ""), reason)
                 if state.diverged:  # the healed characters were not spelled: nothing fits the cursor
                     log.info("remote request %s: output does not continue %r; stopped", request.request_id, state.heal)
                     state.reason = FinishReason.STOP
@@ -288,9 +320,9 @@ class RemoteEngine:
         except ProtocolViolation as exc:
             raise Unsupported(f"the engine gives no prompt logprobs, so continuations cannot be scored remotely: {exc.message}") from exc
 
-    async def _post(self, path: str, body: dict[str, Any]) -> Any:
+    async def _post(self, path: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> Any:
         assert self._endpoint is not None
-        return await self._endpoint.post(path, body, self._deadline())
+        return await self._endpoint.post(path, body, self._deadline(), headers)
 
     def _card(self) -> ModelCard:
         assert self.card is not None, "the remote engine is not started"
@@ -301,8 +333,17 @@ class RemoteEngine:
 
     def _failed(self, state: _Progress, error: RemoteError) -> GenerationResult:
         self._errors += 1
+        if not isinstance(error, RequestRejected | Unsupported):
+            self.note_failure()
         log.warning("remote request %s failed: %s", state.request_id, error.message)
         return state.result(FinishReason.ERROR, error.message)
+
+    def note_failure(self) -> None:
+        """The endpoint itself failed (unreachable, silent, refusing the key, off-protocol), as
+        opposed to refusing one request: counted as `engine_restarts`, the count the language
+        server's health watches, so repeated failures reach `glm5/status`. Any thread."""
+        with self._failures:
+            self._counters["engine_restarts"] += 1
 
     def _count(self, result: GenerationResult, usage: Usage) -> None:
         key = "requests_aborted" if result.finish_reason is FinishReason.ABORT else "requests_finished"
@@ -317,6 +358,10 @@ def _continuation_score(values: list[float | None], start: int, length: int) -> 
     if len(tail) != length or any(v is None for v in tail):
         raise Unsupported("the engine's echoed logprobs do not cover the continuation")
     return ContinuationScore(float(sum(tail)), length, tuple(float(v) for v in tail))
+
+
+class _BudgetSpent(Exception):
+    """The request's decode budget (`SamplingParams.max_decode_ms`) ran out mid-stream."""
 
 
 class _Progress:
@@ -338,6 +383,20 @@ class _Progress:
     @property
     def diverged(self) -> bool:
         return not (self.raw.startswith(self.heal) or self.heal.startswith(self.raw))
+
+    async def next_within_budget(self, chunks: AsyncIterator[T], budget_ms: float) -> T:
+        """The next chunk, waited for no longer than what is left of the decode budget (counted
+        from the first text, as the in-process engine counts it); `_BudgetSpent` past it."""
+        if not budget_ms or self.first_token_s is None:
+            return await anext(chunks)
+        left = budget_ms / 1000 - (time.perf_counter() - self.started - self.first_token_s)
+        if left <= 0:
+            raise _BudgetSpent
+        try:
+            async with asyncio.timeout(left):  # not wait_for: on 3.11 it can swallow an abort (a cancel)
+                return await anext(chunks)
+        except TimeoutError:
+            raise _BudgetSpent from None
 
     def add(self, text: str, reason: FinishReason | None) -> None:
         if text and self.first_token_s is None:

@@ -6,8 +6,11 @@ built from the served model's own ids. Same interface as `GlmTokenizer` (`encode
 
 Invariants:
 - Special-token ids are asked of the endpoint once (each special string must tokenize to one id);
-  a token the model lacks is None, as with `GlmTokenizer`.
-- Editor text that spells a special token (`<|code_prefix|>` in a file) is sent in two pieces, so
+  a token the model lacks is None, as with `GlmTokenizer`. The served model's FIM template
+  (`fim`, `model_runtime.fim_templates`) is detected from the same answers, or named by
+  `engine.fimTemplate`; its end tokens are the eos list.
+- Editor text that spells a special token (`<|code_prefix|>` in a file, or any token asked
+  about that the model has) is sent in two pieces, so
   it comes back as plain-text ids and can never act as a FIM marker.
 - Encodings are memoised (bounded LRU): prompt building counts the same lines on every keystroke,
   and each miss costs one round trip. Give the model directory when the endpoint is far away.
@@ -26,6 +29,7 @@ from model_runtime.remote.config import RemoteConfig
 from model_runtime.remote.errors import AuthError, EndpointUnavailable, ProtocolViolation, RequestRejected, RequestTimeout
 from model_runtime.remote.sse import error_text
 from model_runtime.remote.transport import auth_message, describe
+from model_runtime.fim_templates import resolve
 from model_runtime.tokenizer import SPECIAL_NAMES, SpecialTokens
 
 CACHE_ENTRIES = 8192
@@ -37,11 +41,13 @@ class RemoteTokenizer:
         self.source = f"{config.base_url}/tokenize"
         self._client = httpx.Client(base_url=config.base_url, verify=config.verify(), trust_env=True, timeout=config.timeout_ms / 1000)
         self._cache: OrderedDict[str, tuple[int, ...]] = OrderedDict()
-        ids = {name: self._single_id(text) for name, text in SPECIAL_NAMES.items()}
-        eos = (ids["endoftext"],) if ids["endoftext"] is not None else ()
+        self._ids: dict[str, int | None] = {}
+        ids = {name: self.token_to_id(text) for name, text in SPECIAL_NAMES.items()}
+        self.fim = resolve(config.fim_template, self.token_to_id)
+        eos = self.fim.end_ids or ((ids["endoftext"],) if ids["endoftext"] is not None else ())
         self.special = SpecialTokens(**ids, eos_ids=eos)
-        self._special_ids = frozenset(i for i in ids.values() if i is not None)
-        self._special_texts = tuple(text for name, text in SPECIAL_NAMES.items() if ids[name] is not None)
+        self._special_ids = frozenset(i for i in (*ids.values(), *self.fim.marker_ids) if i is not None)
+        self._special_texts = tuple(text for text, i in self._ids.items() if i is not None)
 
     def close(self) -> None:
         self._client.close()
@@ -72,7 +78,10 @@ class RemoteTokenizer:
         return body["prompt"]
 
     def token_to_id(self, token: str) -> int | None:
-        return self._single_id(token)
+        """The id of `token` when the model has it as one token (asked once per token)."""
+        if token not in self._ids:
+            self._ids[token] = self._single_id(token)
+        return self._ids[token]
 
     @property
     def vocab_size(self) -> int | None:
@@ -106,7 +115,7 @@ class RemoteTokenizer:
         except httpx.TimeoutException as exc:
             raise RequestTimeout(f"{self.config.base_url}{path} did not answer within {self.config.timeout_ms} ms") from exc
         except httpx.TransportError as exc:
-            raise EndpointUnavailable(f"cannot reach the engine's tokenizer at {self.config.base_url}{path}: {describe(exc)}") from exc
+            raise EndpointUnavailable(f"cannot reach the engine at {self.config.base_url} (its tokenizer, {path}): {describe(exc)}") from exc
         try:
             answer = response.json()
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:

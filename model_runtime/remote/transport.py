@@ -12,6 +12,9 @@ Invariants:
 - TLS trusts `caBundle`, else `SSL_CERT_FILE`, else the system store; proxies come from the
   standard environment variables (httpx `trust_env`).
 - Leaving a `stream()` block early (cancellation) closes the connection.
+- A stream that, once it has begun, sends nothing for `idleTimeoutMs` (a stopped vLLM keeps its
+  connections open and silent) is dropped with `EndpointUnavailable`, well before the request's
+  own bound. Its first line (after the prefill, or a queue on a busy engine) has the whole bound.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Any
 import httpx
 
 from model_runtime.remote.config import RemoteConfig
+from model_runtime.remote.daemon_files import token_file_for
 from model_runtime.remote.errors import (
     AuthError, EndpointUnavailable, ProtocolViolation, RequestRejected, RequestTimeout,
 )
@@ -59,8 +63,8 @@ class Endpoint:
         async with self._send("GET", path, None, deadline) as response:
             return await self._json_body(response)
 
-    async def post(self, path: str, body: dict[str, Any], deadline: float) -> Any:
-        async with self._send("POST", path, body, deadline) as response:
+    async def post(self, path: str, body: dict[str, Any], deadline: float, headers: dict[str, str] | None = None) -> Any:
+        async with self._send("POST", path, body, deadline, headers=headers) as response:
             return await self._json_body(response)
 
     @asynccontextmanager
@@ -77,9 +81,11 @@ class Endpoint:
                 raise ProtocolViolation(f"the engine answered a stream with content-type {kind or 'none'!r}, not text/event-stream")
 
     @asynccontextmanager
-    async def _send(self, method: str, path: str, body: dict[str, Any] | None, deadline: float) -> AsyncIterator[httpx.Response]:
+    async def _send(
+        self, method: str, path: str, body: dict[str, Any] | None, deadline: float, headers: dict[str, str] | None = None,
+    ) -> AsyncIterator[httpx.Response]:
         for attempt in range(MAX_RETRIES + 1):
-            response = await self._open(method, path, body, deadline)
+            response = await self._open(method, path, body, deadline, headers or {})
             if response.status_code in RETRY_STATUSES and attempt < MAX_RETRIES:
                 delay = retry_delay(response.headers.get("retry-after"), attempt)
                 await response.aclose()
@@ -100,12 +106,14 @@ class Endpoint:
                 await response.aclose()
             return
 
-    async def _open(self, method: str, path: str, body: dict[str, Any] | None, deadline: float) -> httpx.Response:
+    async def _open(
+        self, method: str, path: str, body: dict[str, Any] | None, deadline: float, headers: dict[str, str],
+    ) -> httpx.Response:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise RequestTimeout(f"the engine at {self.config.base_url} did not answer within {self.config.timeout_ms} ms")
         request = self._client.build_request(
-            method, path, json=body, headers=self._headers(), timeout=httpx.Timeout(remaining),
+            method, path, json=body, headers={**self._headers(), **headers}, timeout=httpx.Timeout(remaining),
         )
         try:
             return await self._client.send(request, stream=True)
@@ -115,8 +123,22 @@ class Endpoint:
             raise EndpointUnavailable(f"cannot reach the engine at {self.config.base_url}: {describe(exc)}") from exc
 
     async def _lines(self, response: httpx.Response) -> AsyncIterator[str]:
+        """The body's lines; after the first, each waited for at most the idle bound."""
+        lines = response.aiter_lines()
+        idle: float | None = None
         try:
-            async for line in response.aiter_lines():
+            while True:
+                try:
+                    async with asyncio.timeout(idle):  # not wait_for: on 3.11 it can swallow an abort (a cancel)
+                        line = await anext(lines)
+                except StopAsyncIteration:
+                    return
+                except TimeoutError:
+                    raise EndpointUnavailable(
+                        f"the engine at {self.config.base_url} sent nothing for {self.config.idle_s * 1000:.0f} ms "
+                        "(engine.idleTimeoutMs): the stream is treated as dropped; is the engine still running?"
+                    ) from None
+                idle = self.config.idle_s
                 yield line
         except httpx.TimeoutException as exc:
             raise RequestTimeout(f"the engine at {self.config.base_url} stopped sending within {self.config.timeout_ms} ms") from exc
@@ -155,7 +177,9 @@ class Endpoint:
 def auth_message(config: RemoteConfig, status: int, detail: str) -> str:
     where = f"the engine at {config.base_url} refused the request (HTTP {status}: {detail})"
     if not config.api_key_env:
-        return f"{where}: it needs an API key; put it in an environment variable and name that variable in engine.apiKeyEnv"
+        path = token_file_for(config.base_url)
+        found = "its token file was used" if config.api_key() else f"no token file of a local glm5-serve at {path}"
+        return f"{where}: it needs an API key ({found}); put the key in an environment variable and name that variable in engine.apiKeyEnv"
     if config.api_key() is None:
         return f"{where}: the API key variable {config.api_key_env} is not set in the server's environment"
     return f"{where}: check the API key in the environment variable {config.api_key_env}"

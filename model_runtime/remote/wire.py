@@ -44,7 +44,9 @@ class Usage:
     cached_tokens: int = 0
 
 
-def completion_body(request: GenerationRequest, model: str, prompt: list[int] | str, stream: bool) -> dict[str, Any]:
+def completion_body(
+    request: GenerationRequest, model: str, prompt: list[int] | str, stream: bool, stop_token_ids: tuple[int, ...] = (),
+) -> dict[str, Any]:
     sampling = request.sampling
     body: dict[str, Any] = {
         "model": model,
@@ -58,8 +60,9 @@ def completion_body(request: GenerationRequest, model: str, prompt: list[int] | 
         body["stream_options"] = {"include_usage": True}
     if sampling.stop_strings:
         body["stop"] = list(sampling.stop_strings)
-    if sampling.stop_token_ids:
-        body["stop_token_ids"] = list(sampling.stop_token_ids)
+    stops = list(dict.fromkeys((*sampling.stop_token_ids, *stop_token_ids)))
+    if stops:
+        body["stop_token_ids"] = stops
     if sampling.top_k:
         body["top_k"] = sampling.top_k
     if sampling.seed is not None:

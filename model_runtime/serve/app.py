@@ -6,7 +6,11 @@ text) and, for language servers that share this daemon, `/glm5/warmup`, `/glm5/p
 `/glm5/workspace`, `/glm5/persist`, `/glm5/cache/clear`, `/glm5/score` and `/glm5/stats`.
 
 Invariants:
-- With an API key, every route but `/health` needs `Authorization: Bearer <key>` (401 otherwise).
+- With an API key (the default, see `cli`), every route but `/health` needs
+  `Authorization: Bearer <key>` (401 otherwise).
+- The bound workspace KV store is written or deleted (`/glm5/persist`, `/glm5/cache/clear`) only
+  for the client that bound it: `/glm5/workspace` answers a lease, which those routes require
+  in `X-Glm5-Workspace` (403 otherwise, also after another client bound its own workspace).
 - A client that disconnects aborts its requests in the engine: a stream is cancelled by
   Starlette, a plain request by `_until_disconnect`; the engine streams are closed with
   `aclosing`, so the abort runs at once wherever the handler was cancelled.
@@ -37,6 +41,8 @@ from model_runtime.serve.protocol import ApiError, CompletionParams
 from model_runtime.serve.service import EngineService
 
 log = logging.getLogger(__name__)
+
+LEASE_HEADER = "x-glm5-workspace"  # the lease `/glm5/workspace` gave, for persist and cache/clear
 
 def build_app(service: EngineService, api_key: str | None = None) -> ASGIApp:
     def route(path: str, handler: Callable[[Request, EngineService], Awaitable[Response]], method: str) -> Route:
@@ -269,17 +275,35 @@ async def prefill(request: Request, service: EngineService) -> Response:
 
 
 async def workspace(request: Request, service: EngineService) -> Response:
+    """Bind the persisted KV store of `roots`; the answer's `lease` is what this client sends
+    (`X-Glm5-Workspace`) to persist or clear that store later."""
     roots = _field(await _json(request), "roots", lambda v: isinstance(v, list) and all(isinstance(r, str) for r in v), "a list of paths")
-    return JSONResponse({"directory": await asyncio.to_thread(service.engine.open_workspace, roots)})
+    directory = await asyncio.to_thread(service.engine.open_workspace, roots)
+    service.workspace_lease = secrets.token_urlsafe(24)
+    return JSONResponse({"directory": directory, "lease": service.workspace_lease})
 
 
 async def persist(request: Request, service: EngineService) -> Response:
+    _check_lease(request, service)
     return JSONResponse({"blocks": await asyncio.to_thread(service.engine.persist)})
 
 
 async def clear_cache(request: Request, service: EngineService) -> Response:
+    _check_lease(request, service)
     every = not bool((await _json(request)).get("workspace", True))
     return JSONResponse({"bytes": await asyncio.to_thread(service.engine.clear_cache, not every)})
+
+
+def _check_lease(request: Request, service: EngineService) -> None:
+    """Writing or deleting the bound workspace's KV store is for the client that bound it."""
+    if service.workspace_lease is None:
+        return
+    given = request.headers.get(LEASE_HEADER, "").encode()
+    if not secrets.compare_digest(given, service.workspace_lease.encode()):
+        raise ApiError(
+            "the KV store bound now is another client's workspace: bind yours with /glm5/workspace and send its lease "
+            f"in {LEASE_HEADER}", 403, kind="PermissionDeniedError",
+        )
 
 
 async def score(request: Request, service: EngineService) -> Response:

@@ -7,6 +7,9 @@ Invariants:
 - Bad input is a 4xx `ApiError` naming the parameter; nothing is half-accepted.
 - `suffix` is refused (400) like vLLM does: clients put FIM markers in the prompt.
 - Only `n == 1` and `best_of` unset are accepted; a stream carries one prompt.
+- One field beyond the OpenAI shape: `max_decode_ms`, the decode budget from the first token
+  (`SamplingParams.max_decode_ms`), which the language server's remote engine sends so that a
+  request past its budget ends here with `length` instead of being cut and aborted.
 """
 
 from __future__ import annotations
@@ -98,6 +101,7 @@ def _sampling(body: Mapping[str, Any]) -> SamplingParams:
         return SamplingParams(
             max_tokens=max_tokens, temperature=_number(body, "temperature", 1.0), top_p=_number(body, "top_p", 1.0),
             top_k=max(0, int(_number(body, "top_k", 0))), seed=seed, stop_token_ids=tuple(stop_ids), stop_strings=tuple(stop),
+            max_decode_ms=_number(body, "max_decode_ms", 0.0),
         )
     except ValueError as exc:
         raise ApiError(str(exc)) from exc

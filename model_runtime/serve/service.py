@@ -52,6 +52,7 @@ class EngineService:
         self.max_model_len = loaded.config.max_position_embeddings
         self.http = Counter[str]()  # requests served, by endpoint and status, for /metrics
         self.running = 0
+        self.workspace_lease: str | None = None  # given to the client that bound the KV store (`app`)
         self._ids = itertools.count()
         self._specials = sorted(
             ((text, i) for text in SPECIAL_NAMES.values() if (i := self.tokenizer.token_to_id(text)) is not None),

@@ -2,6 +2,8 @@
 
 `Daemon.start(model)` waits (bounded) for the `listening on URL` line; `stop()` sends SIGTERM
 and waits; `kill()` is SIGKILL (a crash); `stats()` reads `/glm5/stats` (engine counters).
+Without `api_key` the daemon makes its own token and writes it to this user's token file
+(`model_runtime.remote.daemon_files`), which `key` then holds, as a local client would find it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import time
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+from model_runtime.remote.daemon_files import read_token
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -42,7 +46,8 @@ class Daemon:
             if ready:
                 line = process.stdout.readline()
                 if "listening on" in line:
-                    return cls(process, line.split("listening on ")[1].split()[0], log, api_key)
+                    url = line.split("listening on ")[1].split()[0]
+                    return cls(process, url, log, api_key if api_key is not None else read_token(url))
             if process.poll() is not None:
                 break
         process.kill()

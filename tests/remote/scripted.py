@@ -60,22 +60,43 @@ def plain(*texts: str) -> Answer:
     return answer
 
 
+def paced(parts: list[str], every_s: float) -> Answer:
+    """An event stream sending one of `parts` every `every_s` seconds, then [DONE]."""
+
+    async def answer(request: Request) -> Response:
+        async def body() -> AsyncIterator[str]:
+            for part in parts:
+                yield part
+                await asyncio.sleep(every_s)
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(body(), media_type="text/event-stream")
+
+    return answer
+
+
 def good(text: str = "return a + b") -> Answer:
     half = len(text) // 2
     return sse(chunk(text[:half]), chunk(text[half:], "length"), "data: [DONE]\n\n")
 
 
 class Scripted:
-    """`tls`: (certificate file, key file) to serve https instead of http."""
+    """`tls`: (certificate file, key file) to serve https instead of http. `tokenizer` (a
+    `tokenizers.Tokenizer`) also serves vLLM's `/tokenize` and `/detokenize` with it, special
+    tokens in the text becoming their ids as vLLM's do."""
 
-    def __init__(self, answers: list[Answer], tls: tuple[str, str] | None = None) -> None:
+    def __init__(self, answers: list[Answer], tls: tuple[str, str] | None = None, tokenizer: Any = None) -> None:
         self.answers = answers
+        self.tokenizer = tokenizer
         self.requests: list[dict[str, Any]] = []
         self._sock = socket.socket()
         self._sock.bind(("127.0.0.1", 0))
         self._sock.listen(16)
         self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self._sock.getsockname()[1]}"
-        app = Starlette(routes=[Route("/v1/models", self._models), Route("/v1/completions", self._complete, methods=["POST"])])
+        routes = [Route("/v1/models", self._models), Route("/v1/completions", self._complete, methods=["POST"])]
+        if tokenizer is not None:
+            routes += [Route("/tokenize", self._tokenize, methods=["POST"]), Route("/detokenize", self._detokenize, methods=["POST"])]
+        app = Starlette(routes=routes)
         certfile, keyfile = tls or (None, None)
         self._server = uvicorn.Server(uvicorn.Config(
             app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1, ssl_certfile=certfile, ssl_keyfile=keyfile,
@@ -101,3 +122,10 @@ class Scripted:
         self.requests.append({"at": time.monotonic(), "headers": dict(request.headers), "body": await request.json()})
         answer = self.answers[min(len(self.requests), len(self.answers)) - 1]
         return await answer(request)
+
+    async def _tokenize(self, request: Request) -> Response:
+        ids = self.tokenizer.encode((await request.json())["prompt"], add_special_tokens=False).ids
+        return JSONResponse({"count": len(ids), "max_model_len": 2048, "tokens": ids})
+
+    async def _detokenize(self, request: Request) -> Response:
+        return JSONResponse({"prompt": self.tokenizer.decode((await request.json())["tokens"], skip_special_tokens=False)})

@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
 
 HELPERS = "".join(f"\n\ndef helper_{i}(values, scale={i}):\n    return [v * scale for v in values if v > {i}]\n" for i in range(8))
 SOURCE = f"import os\n{HELPERS}\n\ndef list_python_files(root):\n    return [f for f in os.listdir(root) if f.endswith('.py')]\n\n\ndef main():\n    "
-LONG = {"maxTokens": 2000, "multiline": "always"}  # long enough to still run when cancelled
+LONG = {"maxTokens": 2000, "multiline": "always", "maxDecodeMs": 0}  # long enough to still run when cancelled
 
 
 @pytest.fixture(scope="module")
@@ -184,6 +184,30 @@ async def test_bad_auth_is_a_clear_message_naming_the_variable(tiny_checkpoint, 
             lambda: [m.message for m in session.messages("window/showMessage") if "GLM5_TEST_ENGINE_KEY" in m.message], 30, "the message",
         )
         assert "wrong-key" not in shown[0]
+    finally:
+        assert await session.stop() == 0
+        d.stop()
+
+
+async def test_with_the_tokenizer_from_the_engine_a_dead_engine_is_a_clear_error_and_reaches_the_status(tiny_checkpoint, tmp_path):
+    """No model directory: prompts are tokenized by the engine's /tokenize. Once the engine is
+    gone, each completion over new text fails with the documented message (RequestFailed, not
+    an internal error), and repeated failures reach `glm5/status`."""
+    d = Daemon.start(tiny_checkpoint, tmp_path / "down.log")
+    session = await start_session(tmp_path, "down", d.url, {"warmup": False})
+    try:
+        uri, line, col = end_of(session)
+        assert isinstance(await session.inline(uri, line, col), types.InlineCompletionList)
+        d.kill()
+        for i in range(3):
+            text = SOURCE + "".join(f"total_{n} = {n}\n    " for n in range(i + 1))  # new text: /tokenize is asked again
+            session.change(uri, text)
+            lines = text.split("\n")
+            with pytest.raises(JsonRpcException, match=rf"cannot reach the engine at {d.url}.*is the engine running") as failed:
+                await asyncio.wait_for(session.inline(uri, len(lines) - 1, len(lines[-1])), 30)
+            assert failed.value.code == types.LSPErrorCodes.RequestFailed.value
+        status = await session.wait_for(lambda: [s for s in session.messages("glm5/status") if s["state"] == "error"], 30, "an error status")
+        assert "cannot reach the engine" in status[-1]["message"]
     finally:
         assert await session.stop() == 0
         d.stop()
