@@ -82,9 +82,7 @@ async def test_default_settings_complete_through_vllm(vllm, tmp_path):
         answer = await asyncio.wait_for(session.inline(*end_of(session)), 60)
         stats = await session.stats(recent=1)
         assert stats["model"]["state"] == "ready" and stats["model"]["path"] == vllm.url
-        # SHOW POLICY: with default settings a remote engine without fitted reranker weights
-        # abstains today (outcome "out_of_reach", vLLM never asked); the lead's show-policy change
-        # makes it show the model's own best candidate, which these two assertions expect.
+        # a remote engine has no reranker weights fitted for it: it shows its own best candidate
         assert vllm.metric("vllm:request_success_total") > before, f"vLLM was not asked: {stats['recent']}"
         assert answer.items and WORD.strip() in answer.items[0].insert_text, f"nothing shown: {stats['recent']}"
     finally:
