@@ -16,6 +16,9 @@ glm5.didAcceptCompletion.
   (cached prefixes in memory and the blocks persisted for this workspace, or for every workspace).
 - `glm5.applyFix <code action data>` -> computes a code action's edit and applies it through
   `workspace/applyEdit` (for clients that do not resolve code actions).
+- `glm5.documentState {uri}` -> `{uri, open, version, length, sha256}`: the server's copy of a
+  document (length in UTF-16 code units, SHA-256 of its UTF-8 text), so a client can check that
+  both copies agree; `open` false (and the rest null) for a document that is not open.
 """
 
 from __future__ import annotations
@@ -23,9 +26,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 import asyncio
 import gc
+import hashlib
 from dataclasses import asdict
 from typing import Any
 
+from context.positions import encode_text, utf16_length
 from lsprotocol import types
 from pygls.uris import from_fs_path
 
@@ -35,6 +40,7 @@ from .code_actions import APPLY_FIX, compute, workspace_edit
 from .inline_completion import ACCEPT_COMMAND
 
 SKIPPED_SHOWN = 50
+DOCUMENT_STATE = "glm5.documentState"
 
 # pygls evaluates command handlers' annotations at call time, so this import cannot be
 # limited to type checking.
@@ -91,6 +97,15 @@ def register(ls: Glm5Server) -> None:
             types.ApplyWorkspaceEditParams(edit=workspace_edit(ls, fix), label=f"glm5: {args[0].get('action')}")
         )
         return {"applied": result.applied, "reason": result.failure_reason, "attempts": fix.attempts}
+
+    @ls.command(DOCUMENT_STATE)
+    def document_state(ls: Glm5Server, *args: Any) -> dict[str, Any]:
+        uri = convert.parse_uri(_single_object(args, DOCUMENT_STATE, ("uri",)), DOCUMENT_STATE)
+        if (document := ls.documents.get(uri)) is None:
+            return {"uri": uri, "open": False, "version": None, "length": None, "sha256": None}
+        text = document.text
+        digest = hashlib.sha256(encode_text(text)).hexdigest()
+        return {"uri": uri, "open": True, "version": document.version, "length": utf16_length(text), "sha256": digest}
 
     @ls.command(ACCEPT_COMMAND)
     def did_accept(ls: Glm5Server, *args: Any) -> None:
