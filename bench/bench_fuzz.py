@@ -29,7 +29,9 @@ from lsp_fuzz import INTERNAL_ERROR, Fuzzer, run_fuzz  # noqa: E402
 
 def _progress(report) -> None:
     slowest = sorted(report.seconds.items(), key=lambda kv: -kv[1])[:4]
-    print(f"{report.messages} messages; slowest kinds: {', '.join(f'{k} {v:.1f}s' for k, v in slowest)}; "
+    print(f"{time.strftime('%H:%M:%S')} {report.messages} messages; slowest kinds: {', '.join(f'{k} {v:.1f}s' for k, v in slowest)}; "
+          f"probe wait p50 {report.probe_wait(0.5):.3f} p95 {report.probe_wait(0.95):.3f} max {max(report.probe_waits, default=0):.3f} s; "
+          f"desyncs {len(report.desyncs)} in {report.sync_checks} checks; "
           f"hangs {report.hangs[-3:]}, probe failures {report.probe_failures[-2:]}", file=sys.stderr, flush=True)
 
 
@@ -68,6 +70,11 @@ def main() -> int:
               f"| {report.probe_wait(0.5):.3f} / {report.probe_wait(0.95):.3f} / {max(report.probe_waits, default=float('nan')):.3f} "
               f"| {report.sync_checks} | {len(report.desyncs)} | {internal} | {code} | {seconds:.0f} | {report.messages / seconds:.0f} |")
         print("error responses by code:", dict(sorted(client.error_codes.items())))
+        by_uri: dict[str, int] = {}
+        for line in report.desyncs:
+            uri = line.split(", ", 1)[1].split(": client", 1)[0]
+            by_uri[uri] = by_uri.get(uri, 0) + 1
+        print("desyncs by document:", by_uri)
         print("kinds (count, seconds):", ", ".join(
             f"{k or '(empty method)'} {n} {report.seconds.get(k, 0):.1f}s" for k, n in sorted(report.kinds.items(), key=lambda kv: -kv[1])
         ))

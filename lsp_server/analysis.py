@@ -6,7 +6,9 @@ publish its undeclared symbols as diagnostics (source "glm5", code "undeclared-s
 `data = {"name", "kind"}`), each of which gets a "Declare `x`" code action.
 
 Invariants: the analysis runs on a worker thread (the event loop keeps answering requests) on
-an immutable snapshot; diagnostics are published for the version they were computed on, and
+an immutable snapshot, and pyflakes' parse and check of a Python document run in a separate
+process (`PythonChecker`): they hold the interpreter lock for seconds on a large file, and in the
+server's process that would pause the event loop and every completion; diagnostics are published for the version they were computed on, and
 only if the document is still at that version (a newer edit reschedules). Documents over
 `MAX_ANALYSED_CHARS` get no undeclared-symbol analysis (pyflakes takes ~35 s on 5 MB). A
 failure in the analysis of one document is logged and never reaches the others or the server.
@@ -20,13 +22,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import multiprocessing
+import threading
 from collections.abc import Awaitable, Callable, Coroutine
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
 from context.document import DocumentSnapshot
 from context.index import WorkspaceIndex
-from context.symbols import undeclared_symbols
+from context.symbols import python_undefined_names, undeclared_symbols
 from lsprotocol import types
 
 from .encoding import PositionEncoding
@@ -39,6 +45,34 @@ SOURCE = "glm5"
 UNDECLARED = "undeclared-symbol"
 MAX_ANALYSED_CHARS = 1_000_000
 HOLD_MAX_S = 5.0  # the longest an analysis waits for completions
+
+
+class PythonChecker:
+    """pyflakes in one worker process (spawned on first use, again after it died), so its parse
+    and check never hold this process's interpreter lock."""
+
+    def __init__(self) -> None:
+        self._pool: ProcessPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def undefined_names(self, text: str, filename: str) -> list[tuple[str, int, int]]:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+            pool = self._pool
+        try:
+            return pool.submit(python_undefined_names, text, filename).result()
+        except BrokenProcessPool:
+            with self._lock:
+                if self._pool is pool:
+                    self._pool = None
+            raise
+
+    def close(self) -> None:
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
 
 
 class Analysis:
@@ -56,6 +90,7 @@ class Analysis:
         self._publish = publish
         self._background = background
         self._timers: dict[str, asyncio.TimerHandle] = {}
+        self.python = PythonChecker()
 
     def schedule(self, uri: str) -> None:
         if (timer := self._timers.pop(uri, None)) is not None:
@@ -86,7 +121,9 @@ class Analysis:
                 return
         snapshot = state.snapshot(uri)
         try:
-            diagnostics = await asyncio.to_thread(self._compute, snapshot, state.index, self._settings().diagnostics, state.encoding)
+            diagnostics = await asyncio.to_thread(
+                self._compute, snapshot, state.index, self._settings().diagnostics, state.encoding, self.python
+            )
         except Exception:
             log.exception("analysis of %s failed", uri)
             return
@@ -95,7 +132,7 @@ class Analysis:
 
     @staticmethod
     def _compute(
-        snapshot: DocumentSnapshot, index: WorkspaceIndex | None, enabled: bool, encoding: PositionEncoding
+        snapshot: DocumentSnapshot, index: WorkspaceIndex | None, enabled: bool, encoding: PositionEncoding, python: PythonChecker
     ) -> list[types.Diagnostic]:
         """Worker thread: refresh the index with the editor's text, find undeclared symbols (on
         its own copy of the tree: tree-sitter trees are not thread-safe)."""
@@ -116,5 +153,5 @@ class Analysis:
                 code=UNDECLARED,
                 data={"name": symbol.name, "kind": symbol.kind},
             )
-            for symbol in undeclared_symbols(snapshot, index)
+            for symbol in undeclared_symbols(snapshot, index, python.undefined_names)
         ]
