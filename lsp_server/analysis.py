@@ -23,9 +23,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import multiprocessing
-import threading
 from collections.abc import Awaitable, Callable, Coroutine
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
@@ -47,32 +46,41 @@ MAX_ANALYSED_CHARS = 1_000_000
 HOLD_MAX_S = 5.0  # the longest an analysis waits for completions
 
 
+class _Replaced(Exception):
+    """A document's pyflakes check gave way to the check of its newer version."""
+
+
 class PythonChecker:
     """pyflakes in one worker process (spawned on first use, again after it died), so its parse
-    and check never hold this process's interpreter lock."""
+    and check never hold this process's interpreter lock. At most one check per document waits:
+    a newer version's check cancels the older one if it has not started. The caller awaits the
+    returned future on the event loop, so no thread is held while the process works."""
 
     def __init__(self) -> None:
         self._pool: ProcessPoolExecutor | None = None
-        self._lock = threading.Lock()
+        self._waiting: dict[str, Future[list[tuple[str, int, int]]]] = {}
 
-    def undefined_names(self, text: str, filename: str) -> list[tuple[str, int, int]]:
-        with self._lock:
-            if self._pool is None:
-                self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
-            pool = self._pool
+    def check(self, uri: str, text: str, filename: str) -> Future[list[tuple[str, int, int]]]:
+        if (older := self._waiting.pop(uri, None)) is not None:
+            older.cancel()
         try:
-            return pool.submit(python_undefined_names, text, filename).result()
-        except BrokenProcessPool:
-            with self._lock:
-                if self._pool is pool:
-                    self._pool = None
-            raise
+            future = self._executor().submit(python_undefined_names, text, filename)
+        except BrokenProcessPool:  # the worker died: a new one
+            self._pool = None
+            future = self._executor().submit(python_undefined_names, text, filename)
+        self._waiting[uri] = future
+        future.add_done_callback(lambda done: self._waiting.pop(uri, None) if self._waiting.get(uri) is done else None)
+        return future
 
     def close(self) -> None:
-        with self._lock:
-            pool, self._pool = self._pool, None
+        pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
+
+    def _executor(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+        return self._pool
 
 
 class Analysis:
@@ -119,23 +127,40 @@ class Analysis:
             await self._wait_for_completions()
             if uri not in state.documents:
                 return
-        snapshot = state.snapshot(uri)
+        snapshot, enabled = state.snapshot(uri), self._settings().diagnostics
         try:
-            diagnostics = await asyncio.to_thread(
-                self._compute, snapshot, state.index, self._settings().diagnostics, state.encoding, self.python
-            )
+            names = await self._python_names(snapshot) if enabled else None
+            diagnostics = await asyncio.to_thread(self._compute, snapshot, state.index, enabled, state.encoding, names)
+        except _Replaced:
+            return
         except Exception:
             log.exception("analysis of %s failed", uri)
             return
         if state.document_version(uri) == snapshot.version:
             self._publish(types.PublishDiagnosticsParams(uri=uri, diagnostics=diagnostics, version=snapshot.version))
 
+    async def _python_names(self, snapshot: DocumentSnapshot) -> list[tuple[str, int, int]] | None:
+        """pyflakes' undefined names of a Python document, from the checker's process (None for
+        another language or a document too large to analyse)."""
+        if snapshot.language is None or snapshot.language.name != "python" or len(snapshot.text) > MAX_ANALYSED_CHARS:
+            return None
+        future = self.python.check(snapshot.uri, snapshot.text, snapshot.path or "<document>")
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if future.cancelled() and not (task is not None and task.cancelling()):
+                raise _Replaced from None  # a newer version's check took its place
+            raise
+
     @staticmethod
     def _compute(
-        snapshot: DocumentSnapshot, index: WorkspaceIndex | None, enabled: bool, encoding: PositionEncoding, python: PythonChecker
+        snapshot: DocumentSnapshot, index: WorkspaceIndex | None, enabled: bool, encoding: PositionEncoding,
+        python_names: list[tuple[str, int, int]] | None,
     ) -> list[types.Diagnostic]:
         """Worker thread: refresh the index with the editor's text, find undeclared symbols (on
-        its own copy of the tree: tree-sitter trees are not thread-safe)."""
+        its own copy of the tree: tree-sitter trees are not thread-safe); a Python document's
+        undefined names come from the checker's process (`python_names`)."""
         if index is not None and snapshot.path is not None:
             index.update_buffer(Path(snapshot.path), snapshot.text)
         if not enabled:
@@ -153,5 +178,5 @@ class Analysis:
                 code=UNDECLARED,
                 data={"name": symbol.name, "kind": symbol.kind},
             )
-            for symbol in undeclared_symbols(snapshot, index, python.undefined_names)
+            for symbol in undeclared_symbols(snapshot, index, lambda _text, _name: python_names or [])
         ]
