@@ -1,7 +1,8 @@
 """Debounced per-document analysis: undeclared-symbol diagnostics and the index refresh.
 
 Role: after the last edit of a document settles (`diagnosticsDebounceMs`), re-tag it into the
-workspace index (so definitions/references and cross-file context see unsaved text) and
+workspace index (so definitions/references and cross-file context see unsaved text, up to
+`MAX_INDEXED_BUFFER_CHARS`) and
 publish its undeclared symbols as diagnostics (source "glm5", code "undeclared-symbol",
 `data = {"name", "kind"}`), each of which gets a "Declare `x`" code action.
 
@@ -43,6 +44,10 @@ log = logging.getLogger(__name__)
 SOURCE = "glm5"
 UNDECLARED = "undeclared-symbol"
 MAX_ANALYSED_CHARS = 1_000_000
+# The tags query re-indexing an open buffer runs in py-tree-sitter holding the interpreter lock
+# for the whole tree (2.7 s for 1 MB of Python on the loaded build machine); a larger buffer keeps
+# the index's tags of the file on disk.
+MAX_INDEXED_BUFFER_CHARS = 250_000
 HOLD_MAX_S = 5.0  # the longest an analysis waits for completions
 
 
@@ -161,7 +166,7 @@ class Analysis:
         """Worker thread: refresh the index with the editor's text, find undeclared symbols (on
         its own copy of the tree: tree-sitter trees are not thread-safe); a Python document's
         undefined names come from the checker's process (`python_names`)."""
-        if index is not None and snapshot.path is not None:
+        if index is not None and snapshot.path is not None and len(snapshot.text) <= MAX_INDEXED_BUFFER_CHARS:
             index.update_buffer(Path(snapshot.path), snapshot.text)
         if not enabled:
             return []
