@@ -2,7 +2,7 @@
 
 Role: after the last edit of a document settles (`diagnosticsDebounceMs`), re-tag it into the
 workspace index (so definitions/references and cross-file context see unsaved text, up to
-`MAX_INDEXED_BUFFER_CHARS`) and
+`context.tags.MAX_BUFFER_TAG_CHARS`) and
 publish its undeclared symbols as diagnostics (source "glm5", code "undeclared-symbol",
 `data = {"name", "kind"}`), each of which gets a "Declare `x`" code action.
 
@@ -33,6 +33,7 @@ from typing import Any
 from context.document import DocumentSnapshot
 from context.index import WorkspaceIndex
 from context.symbols import python_undefined_names, undeclared_symbols
+from context.tags import MAX_BUFFER_TAG_CHARS
 from lsprotocol import types
 
 from .encoding import PositionEncoding
@@ -44,10 +45,6 @@ log = logging.getLogger(__name__)
 SOURCE = "glm5"
 UNDECLARED = "undeclared-symbol"
 MAX_ANALYSED_CHARS = 1_000_000
-# The tags query re-indexing an open buffer runs in py-tree-sitter holding the interpreter lock
-# for the whole tree (2.7 s for 1 MB of Python on the loaded build machine); a larger buffer keeps
-# the index's tags of the file on disk.
-MAX_INDEXED_BUFFER_CHARS = 250_000
 HOLD_MAX_S = 5.0  # the longest an analysis waits for completions
 
 
@@ -166,7 +163,7 @@ class Analysis:
         """Worker thread: refresh the index with the editor's text, find undeclared symbols (on
         its own copy of the tree: tree-sitter trees are not thread-safe); a Python document's
         undefined names come from the checker's process (`python_names`)."""
-        if index is not None and snapshot.path is not None and len(snapshot.text) <= MAX_INDEXED_BUFFER_CHARS:
+        if index is not None and snapshot.path is not None and len(snapshot.text) <= MAX_BUFFER_TAG_CHARS:
             index.update_buffer(Path(snapshot.path), snapshot.text)
         if not enabled:
             return []
