@@ -37,7 +37,7 @@ from functools import lru_cache
 from context.index import WorkspaceIndex
 from context.constraints import Site
 from context.similar import line_tokens
-from context.tags import Import, extract_tags
+from context.tags import MAX_BUFFER_TAG_CHARS, Import, extract_tags
 
 MAX_RELATED_FILES = 24
 MAX_FILE_CHARS = 200_000
@@ -370,7 +370,10 @@ def call_candidates(site: Site, index: WorkspaceIndex | None, limit: int) -> lis
 
 
 def _imports(site: Site, index: WorkspaceIndex) -> tuple[Import, ...]:
-    """The imports of the open buffer (the index may not have seen its latest text)."""
+    """The imports of the open buffer (the index may not have seen its latest text); none for a
+    buffer over `MAX_BUFFER_TAG_CHARS`."""
+    if len(site.snapshot.text) > MAX_BUFFER_TAG_CHARS:
+        return ()
     return extract_tags(site.snapshot, index.resolver).imports
 
 
