@@ -32,6 +32,7 @@ from context.members import MemberResolver, disk_reader
 from context.positions import Position
 from context.resolve import ImportResolver
 from context.scopes import PYTHON_BUILTINS, cursor_chains, scopes_of_tree, visible_at
+from context.tags import MAX_BUFFER_TAG_CHARS
 from model_runtime.api import ConstraintSpec, MemberScope
 
 BRACKET_LINES = 60  # how far back the bracket scan starts
@@ -105,7 +106,7 @@ def _names(
 ) -> tuple[frozenset[str] | None, dict[str, tuple[str, ...]]]:
     """(names legal in a use position or None, `{qualifier: members}`) at `offset` (Python only)."""
     language = snapshot.language
-    if language is None or language.name != "python" or snapshot.tree is None:
+    if language is None or language.name != "python" or len(snapshot.text) > MAX_BUFFER_TAG_CHARS or snapshot.tree is None:
         return None, {}
     scopes = scopes_of_tree(snapshot.tree)
     data = snapshot.lines.data

@@ -31,7 +31,7 @@ from context.index import WorkspaceIndex
 from context.languages import language_for
 from context.positions import Position, Range
 from context.similar import best_window, line_tokens, tokens_before
-from context.tags import Definition, FileTags, Import, extract_tags
+from context.tags import MAX_BUFFER_TAG_CHARS, Definition, FileTags, Import, extract_tags
 
 REASONS = ("imported-definition", "nearby-identifier-definition", "similar-window", "recent-edit")
 _IDENTIFIER = re.compile(r"[A-Za-z_$][\w$]*")
@@ -106,12 +106,13 @@ def gather_snippets(
 
 def _current_tags(snapshot: DocumentSnapshot, index: WorkspaceIndex | None) -> FileTags:
     """The current file's imports and definitions: the index's copy when it has one (the server
-    keeps it in step with the buffer; a few keystrokes behind is fine for imports), else parsed."""
+    keeps it in step with the buffer; a few keystrokes behind is fine for imports), else parsed;
+    none for a buffer over `MAX_BUFFER_TAG_CHARS` that the index does not hold."""
     if index is not None and snapshot.path:
         indexed = index.file_tags(snapshot.path)
         if indexed is not None:
             return indexed
-    if snapshot.language is None:
+    if snapshot.language is None or len(snapshot.text) > MAX_BUFFER_TAG_CHARS:
         return FileTags()
     return extract_tags(snapshot, index.resolver if index else None)
 

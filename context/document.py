@@ -12,8 +12,8 @@ Invariants:
   the first use of that version's tree (once, on whichever thread asks, incrementally from the
   previous version's tree when that one was parsed), so a 1 MB edit never parses on the thread
   that applies edits (the server's event loop) and a version nobody reads is never parsed.
-  (py-tree-sitter parses a byte string holding the GIL: that parse still pauses other Python
-  threads for its length, wherever it runs.)
+  A large parse hands the interpreter lock over between chunks (`context.languages`), so a
+  parse on a worker thread pauses the loop for a chunk's parse at a time.
 - Byte offsets given to tree-sitter come from the same UTF-8 encoding as the parsed bytes, so
   non-ASCII text (CJK, emoji, lone surrogates) keeps the tree aligned with the text.
 - Files over `MAX_PARSE_CHARS` are kept as text without a tree.

@@ -10,6 +10,10 @@ Invariants:
 - Grammars load lazily on first use and are cached, as are compiled queries and globals lists.
   Importing this module imports no grammar.
 - Parsers are not thread-safe, so `Language.parser()` hands out one cached parser per thread.
+- py-tree-sitter parses holding the interpreter lock; a text over `PARSE_CHUNK_BYTES` is handed
+  to the parser in chunks of that size through a Python read callback, and each callback is a
+  point where a waiting thread (the server's event loop) takes the lock: a 1 MB parse on a
+  worker thread pauses the loop for one chunk's parse at a time, not for the whole parse.
 - A shipped query that fails to compile is a bug in this package and raises `QueryError`.
 """
 
@@ -25,6 +29,7 @@ from pathlib import Path
 import tree_sitter as ts
 
 QUERY_DIR = Path(__file__).with_name("queries")
+PARSE_CHUNK_BYTES = 8192
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,9 +58,10 @@ class Language:
         return parser
 
     def parse(self, data: bytes, old_tree: ts.Tree | None = None) -> ts.Tree:
+        source = data if len(data) <= PARSE_CHUNK_BYTES else _chunks(data)
         if old_tree is None:
-            return self.parser().parse(data)
-        return self.parser().parse(data, old_tree)
+            return self.parser().parse(source)
+        return self.parser().parse(source, old_tree)
 
     @property
     def tags_query(self) -> ts.Query:
@@ -168,3 +174,8 @@ def _globals(name: str) -> frozenset[str]:
         return frozenset()
     words = (line.split("#", 1)[0].strip() for line in file.read_text(encoding="utf-8").splitlines())
     return frozenset(word for word in words if word)
+
+
+def _chunks(data: bytes):
+    """A read callback giving the parser `data` one `PARSE_CHUNK_BYTES` slice at a time."""
+    return lambda offset, _point: data[offset : offset + PARSE_CHUNK_BYTES]

@@ -43,7 +43,7 @@ from context.index import WorkspaceIndex
 from context.constraints import Site
 from context.languages import language_named
 from context.similar import line_tokens
-from context.tags import Import, extract_tags
+from context.tags import MAX_BUFFER_TAG_CHARS, Import, extract_tags
 
 MAX_RELATED_FILES = 24
 MAX_FILE_CHARS = 200_000
@@ -401,8 +401,11 @@ def _imports(site: Site, index: WorkspaceIndex) -> tuple[Import, ...]:
     """The imports of the open buffer (the index may not have seen its latest text). Tagging the
     whole buffer costs a few milliseconds a hundred lines and every keystroke asks: a Python
     buffer's imports are kept while its import lines stay the same, for at most
-    `IMPORTS_TTL_S` (a file created meanwhile may make an import resolve)."""
+    `IMPORTS_TTL_S` (a file created meanwhile may make an import resolve). None for a buffer
+    over `MAX_BUFFER_TAG_CHARS`."""
     snapshot = site.snapshot
+    if len(snapshot.text) > MAX_BUFFER_TAG_CHARS:
+        return ()
     if site.language != "python" or not snapshot.path:
         return extract_tags(snapshot, index.resolver).imports
     key = (snapshot.path, _import_lines(snapshot.text), index.resolver.roots)

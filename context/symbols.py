@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import tree_sitter as ts
@@ -43,28 +44,41 @@ class UndeclaredSymbol:
     kind: str  # "call" (the name is called) or "value"
 
 
-def undeclared_symbols(snapshot: DocumentSnapshot, index: WorkspaceIndex | None = None) -> list[UndeclaredSymbol]:
-    """Names the file uses but nothing declares, in document order."""
+UndefinedNames = Callable[[str, str], list[tuple[str, int, int]]]
+
+
+def undeclared_symbols(
+    snapshot: DocumentSnapshot, index: WorkspaceIndex | None = None, undefined_names: UndefinedNames | None = None
+) -> list[UndeclaredSymbol]:
+    """Names the file uses but nothing declares, in document order. For Python, `undefined_names`
+    runs pyflakes (`python_undefined_names`, or a caller's way of running it elsewhere)."""
     language = snapshot.language
     if language is None:
         return []
     if language.name == "python":
-        return _python(snapshot)
+        return _python(snapshot, undefined_names or python_undefined_names)
     if snapshot.tree is None or language.locals_query is None:
         return []
     return _tree_sitter(snapshot, language, snapshot.tree, index)
 
 
-def _python(snapshot: DocumentSnapshot) -> list[UndeclaredSymbol]:
+def python_undefined_names(text: str, filename: str) -> list[tuple[str, int, int]]:
+    """pyflakes' undefined names of Python source `text`: (name, 0-based line, UTF-8 byte column);
+    [] when it does not parse. Plain values in and out, so it can run in another process (the
+    parse and the check hold the interpreter lock for seconds on a 1 MB file)."""
     try:
-        tree = ast.parse(snapshot.text, filename=snapshot.path or "<document>")
+        tree = ast.parse(text, filename=filename)
     except (SyntaxError, ValueError):
         return []
-    found = []
-    for message in checker.Checker(tree, filename=snapshot.path or "<document>").messages:
-        if isinstance(message, messages.UndefinedName):
-            name = message.message_args[0]
-            found.append(_python_symbol(snapshot, name, message.lineno - 1, message.col))
+    return [
+        (message.message_args[0], message.lineno - 1, message.col)
+        for message in checker.Checker(tree, filename=filename).messages
+        if isinstance(message, messages.UndefinedName)
+    ]
+
+
+def _python(snapshot: DocumentSnapshot, undefined_names: UndefinedNames) -> list[UndeclaredSymbol]:
+    found = [_python_symbol(snapshot, name, line, column) for name, line, column in undefined_names(snapshot.text, snapshot.path or "<document>")]
     return sorted(found, key=lambda s: s.range.start)
 
 

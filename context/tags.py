@@ -29,6 +29,12 @@ if TYPE_CHECKING:
     from context.resolve import ImportResolver
 
 SNIPPET_LINES = 24
+# A buffer over this many characters gets no whole-tree query on the path of a completion or an
+# analysis (no tags from the editor's text: the workspace index keeps the file's tags from disk; no
+# Python scopes for the constraint; no imports for retrieval): such a query runs in py-tree-sitter
+# holding the interpreter lock for the whole tree, and its collector is Python per capture (2.7 s
+# and more for 1 MB of Python on the loaded 2-core build machine).
+MAX_BUFFER_TAG_CHARS = 250_000
 SNIPPET_CHARS = 1600
 _EOL = re.compile(r"\r\n|\r|\n")
 

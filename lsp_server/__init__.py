@@ -4,4 +4,6 @@ Invariant: never imports torch at module import; the runtime is loaded lazily, o
 thread, when the first model is needed.
 """
 
-__version__ = "0.1.0"
+from model_runtime.version import package_version
+
+__version__ = package_version()

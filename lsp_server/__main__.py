@@ -16,6 +16,7 @@ from pathlib import Path
 
 from model_runtime.remote.config import RemoteConfig
 
+from . import __version__
 from .errors import BoundedRecordFilter, ExpectedOutcomeFilter
 from .settings import DTYPES
 
@@ -69,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--stdio", action="store_true", help="speak LSP on stdin/stdout (the default)")
     mode.add_argument("--tcp", type=_host_port, metavar="HOST:PORT", help="listen for one LSP client over TCP")

@@ -1,7 +1,12 @@
-"""Untyped JSON from the client (custom notifications, command arguments) as plain values.
+"""Untyped JSON from the client (custom notifications, command arguments) as plain values, and
+client positions checked against the text they point into.
 
 Invariants: malformed untyped JSON raises `InvalidParams` naming the field; positions parsed
-here are in the client's units (`encoding.PositionEncoding` converts them).
+here are in the client's units (`encoding.PositionEncoding` converts them). `position_in`
+checks a position against the snapshot the request then works on: a line past the document's
+end is InvalidParams everywhere, a character past its line's end is InvalidParams for the
+server's own commands and clamps to the line end for LSP's requests (the specification says it
+"defaults back to the line length").
 """
 
 from __future__ import annotations
@@ -9,8 +14,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from context.positions import Position
+from context.positions import Position, Range, TextIndex
+from lsprotocol import types
 
+from .encoding import PositionEncoding
 from .errors import InvalidParams
 
 
@@ -47,3 +54,17 @@ def parse_uri(raw: object, where: str) -> str:
     if not isinstance(uri, str) or not uri:
         raise InvalidParams(f"{where}: uri must be a non-empty string, got {uri!r}")
     return uri
+
+
+def position_in(lines: TextIndex, encoding: PositionEncoding, given: Position | types.Position, where: str, clamp: bool = False) -> Position:
+    """Client position `given` in UTF-16, checked against `lines` (see the module docstring)."""
+    if given.line >= lines.line_count:
+        raise InvalidParams(f"{where}: line {given.line} is past the end of the document ({lines.line_count} lines)")
+    if not clamp and given.character > (length := encoding.length(lines.line(given.line))):
+        raise InvalidParams(f"{where}: character {given.character} is past the end of line {given.line} ({length} characters)")
+    return encoding.position_in(lines, types.Position(line=given.line, character=given.character))
+
+
+def range_in(lines: TextIndex, encoding: PositionEncoding, given: types.Range, where: str) -> Range:
+    """Client range `given` in UTF-16, both ends checked as `position_in` checks a command's."""
+    return Range(position_in(lines, encoding, given.start, f"{where} start"), position_in(lines, encoding, given.end, f"{where} end"))

@@ -87,9 +87,13 @@ class NoPassingFix(Glm5Error):
 
 class ExpectedOutcomeFilter(logging.Filter):
     """Drops pygls's error-with-traceback log of requests that ended as designed: superseded by
-    a newer request or made stale by an edit (they happen on most keystrokes)."""
+    a newer request or made stale by an edit (they happen on most keystrokes), and its traceback
+    of each message whose params did not structure (`lsp_server.protocol` logs one line naming
+    the fields at fault instead)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.name == "pygls.protocol.json_rpc" and str(record.msg).startswith("Unable to deserialize message"):
+            return False
         error = record.exc_info[1] if record.exc_info else None
         return not isinstance(error, Superseded | StaleRequest)
 

@@ -8,8 +8,10 @@ model's own text, it streams to stdout as its lines become final. Diagnostics (w
 only the completion text and scripts can use it as is.
 
 Invariants: LINE and COL are 1-based and COL counts characters (code points), as editors show
-them; both clamp to the file. Bad input (missing file, invalid UTF-8, bad location, no model)
-exits with status 2 and a one-line message; a failed generation exits with status 1.
+them. Bad input (a malformed location, a missing or binary file, invalid UTF-8, a line past the
+file's end or a column past its line's end, a `--workspace` that is not a folder, no model) exits
+with status 2 and one line on stderr, before anything is indexed or loaded; a failed generation
+exits with status 1. A completion printed ends with a newline (an abstention prints nothing).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pathlib import Path
 from context.document import Document
 from context.index import WorkspaceIndex
 from context.languages import language_for
-from context.positions import Position, utf16_length
+from context.positions import Position, TextIndex, utf16_length
 from model_runtime.api import FinishReason, GenerationResult, StreamEvent
 from model_runtime.remote.config import RemoteConfig
 
@@ -67,9 +69,15 @@ def workspace_root(path: Path) -> Path:
     return path.resolve().parent
 
 
-def lsp_position(document: Document, line: int, column: int) -> Position:
-    """1-based line and code-point column -> 0-based UTF-16 position (clamped)."""
-    text = document.snapshot().line(line - 1)
+def lsp_position(path: Path, lines: TextIndex, line: int, column: int) -> Position:
+    """1-based line and code-point column -> 0-based UTF-16 position; UsageError outside the file
+    (the line after a final newline is in it, as editors show it; so is the column after a line's
+    last character)."""
+    if line > lines.line_count:
+        raise UsageError(f"{path}: line {line} is past the end of the file ({lines.line_count} lines)")
+    text = lines.line(line - 1)
+    if column > len(text) + 1:
+        raise UsageError(f"{path}:{line}: column {column} is past the end of the line ({len(text)} characters)")
     return Position(line - 1, utf16_length(text[: column - 1]))
 
 
@@ -77,6 +85,9 @@ def run_complete(args: argparse.Namespace) -> int:
     try:
         path, line, column = parse_location(args.location)
         text = read_source(path)
+        position = lsp_position(path, TextIndex(text), line, column)
+        if args.workspace is not None and not args.workspace.is_dir():
+            raise UsageError(f"--workspace {args.workspace}: not a folder")
         if args.max_tokens is not None and not 1 <= args.max_tokens <= 4096:
             raise UsageError(f"--max-tokens must be in 1..4096, got {args.max_tokens}")
         remote = RemoteConfig(args.engine_url, api_key_env=args.engine_api_key_env) if args.engine_url else None
@@ -103,7 +114,7 @@ def run_complete(args: argparse.Namespace) -> int:
         print(f"lsp_server complete: cannot load model from {remote.base_url if remote else model}: {exc}", file=sys.stderr)
         return 2
     try:
-        return _generate(handle, document, lsp_position(document, line, column), settings, index, started, args.automatic)
+        return _generate(handle, document, position, settings, index, started, args.automatic)
     finally:
         handle.engine.shutdown()
 
@@ -174,7 +185,7 @@ class _LineStreamer:
         else:
             print("lsp_server complete: the final completion differs from the streamed lines:", file=sys.stderr)
             print(final, file=sys.stderr)
-        if sys.stdout.isatty() and not final.endswith("\n"):
+        if self.printed and not self.printed.endswith("\n"):
             sys.stdout.write("\n")
         sys.stdout.flush()
 

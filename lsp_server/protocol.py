@@ -4,9 +4,12 @@ Role:
 - Document sync notifications go straight to the server's handlers, which keep the one copy
   of each document (`context.document.Document`, re-parsed incrementally). pygls's own
   workspace copy is not kept, so a 5 MB file is held once and an edit is applied once.
-- A request whose params cannot be decoded is answered with InvalidParams for its id (pygls
-  would drop it, leaving the client waiting forever). Undecodable JSON is answered with a
-  ParseError (id null), a message that is not a JSON-RPC object with InvalidRequest.
+- Params are structured strictly (`lsp_server.structure`: a JSON value of the wrong type is
+  refused, never coerced). A request whose params cannot be structured is answered with
+  InvalidParams for its id, naming the fields at fault (pygls would drop it, leaving the client
+  waiting forever); such a notification (an edit among them) is logged with the same reasons
+  and dropped before any handler sees it. Undecodable JSON is answered with a ParseError (id
+  null), a message that is not a JSON-RPC object with InvalidRequest.
 - The lifecycle as LSP says (pygls drops such requests unanswered): a request before
   `initialize` gets ServerNotInitialized (notifications then are dropped, `exit` excepted), a
   request after `shutdown` gets InvalidRequest, a second `initialize` InvalidRequest too.
@@ -23,17 +26,25 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from cattrs import BaseValidationError, transform_error
+from cattrs.v import format_exception
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
 
+from .structure import WrongType
+
 log = logging.getLogger(__name__)
+
+
+REASONS_SHOWN = 4  # field errors named in an InvalidParams message (a fuzzed message may have hundreds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +53,34 @@ class _UndecodableRequest:
 
     id: int | str
     method: str
-    error: JsonRpcException
+    reasons: str
+
+
+@dataclass(frozen=True, slots=True)
+class _DroppedNotification:
+    """A notification whose params did not match the method's schema: logged, never handled."""
+
+    method: str
+
+
+def _reason(error: BaseException, kind: type | None) -> str:
+    if isinstance(error, WrongType):
+        return str(error)
+    if type(error) is ValueError:  # lsprotocol's validators: a value out of its LSP range
+        return f"invalid value ({str(error)[:120]})"
+    return format_exception(error, kind)
+
+
+def _reasons(error: JsonRpcException) -> str:
+    """What was wrong with the params, by field (as the client spells it), shortened."""
+    cause = error.__cause__
+    if not isinstance(cause, BaseValidationError):
+        return "params do not match the schema"
+    camel = partial(re.compile(r"_([a-z])").sub, lambda m: m[1].upper())
+    reasons = [camel(r.replace(" @ $.", " at ")) for r in transform_error(cause, path="$", format_exception=_reason)]
+    shown = "; ".join(reasons[:REASONS_SHOWN])
+    more = f"; and {len(reasons) - REASONS_SHOWN} more" if len(reasons) > REASONS_SHOWN else ""
+    return (shown[:500] + more) or "params do not match the schema"
 
 
 class Glm5Protocol(LanguageServerProtocol):
@@ -52,14 +90,20 @@ class Glm5Protocol(LanguageServerProtocol):
         try:
             return super().structure_message(data)
         except JsonRpcException as exc:
-            if "id" in data and "method" in data and isinstance(data["id"], int | str):
-                return _UndecodableRequest(data["id"], str(data["method"]), exc)
+            method = data.get("method")
+            if "id" in data and method is not None and isinstance(data["id"], int | str) and not isinstance(data["id"], bool):
+                return _UndecodableRequest(data["id"], str(method), _reasons(exc))
+            if "id" not in data and isinstance(method, str):
+                log.warning("notification %s dropped: invalid params: %s", method, _reasons(exc))
+                return _DroppedNotification(method)
             raise
 
     def handle_message(self, message: Any) -> None:
         if isinstance(message, _UndecodableRequest):
-            log.warning("request %s %s: params do not match the schema", message.id, message.method)
-            self.send_error(message.id, types.ErrorCodes.InvalidParams, f"invalid params for {message.method}")
+            log.warning("request %s %s: invalid params: %s", message.id, message.method, message.reasons)
+            self.send_error(message.id, types.ErrorCodes.InvalidParams, f"invalid params for {message.method}: {message.reasons}")
+            return
+        if isinstance(message, _DroppedNotification):
             return
         if not hasattr(message, "jsonrpc"):
             self.send_error(None, types.ErrorCodes.InvalidRequest, "not a JSON-RPC message object")

@@ -32,7 +32,7 @@ from lsprotocol import types
 from model_runtime.remote.config import RemoteConfig
 from pygls.lsp.server import LanguageServer
 
-from . import __version__, pipeline
+from . import __version__, pipeline, structure
 from .analysis import HOLD_MAX_S, Analysis
 from .completion_cache import CompletionCache
 from .completions import Completions
@@ -62,6 +62,7 @@ class Glm5Server(LanguageServer):
             name="glm5-lsp",
             version=__version__,
             protocol_cls=Glm5Protocol,
+            converter_factory=structure.converter,
             text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
         )
         self.cli_model = model
@@ -213,6 +214,7 @@ class Glm5Server(LanguageServer):
     def shutdown_runtime(self) -> None:
         """Stop the watcher and the engine; save the index's snapshot for the next start."""
         self.state.stop_watcher()
+        self.analysis.python.close()
         if self.state.index is not None:
             save_index(self.state.index)
         self.engine.shutdown()

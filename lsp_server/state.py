@@ -102,6 +102,7 @@ class WorkspaceState:
         for range_of, text in changes:
             change_range = range_of(document.snapshot().lines) if range_of is not None else None
             self.recent_edits.record(document.path or uri, document.apply_change(change_range, text, version))
+        document.version = version  # also when `changes` is empty: the client's copy is at `version` now
         return True
 
     def close(self, uri: str) -> bool:

@@ -11,6 +11,8 @@ import argparse
 import sys
 import time
 
+from model_runtime.version import package_version
+
 DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -21,6 +23,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return serve(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m model_runtime", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("serve", help="the shared model daemon over an OpenAI-compatible API (see serve --help)", add_help=False)
     gen = sub.add_parser("generate", help="stream a completion of --prompt")

@@ -19,15 +19,15 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from lsprotocol import types
 from pygls.uris import from_fs_path
 
+from context.document import DocumentSnapshot
 from context.heat import HeatMap, HeatMapError, LineHeat, PromptSpans, heat_map
+from context.positions import Position
 from model_runtime.api import GenerationRequest
 
-from .. import convert
 from ..errors import InvalidParams
-from .commands import forced_prompt, lsp_json
+from .commands import command_target, forced_prompt, lsp_json
 
 EXPLAIN_ATTENTION = "glm5.explainAttention"
 _ids = itertools.count()
@@ -40,20 +40,13 @@ def register(ls: Glm5Server) -> None:
     async def explain_attention(ls: Glm5Server, *args: Any) -> dict[str, Any]:
         if len(args) != 1 or not isinstance(args[0], dict) or "uri" not in args[0]:
             raise InvalidParams(f"{EXPLAIN_ATTENTION}: expected one argument {{uri, position?}}, got {list(args)!r}")
-        raw = args[0]
-        uri = convert.parse_uri(raw, EXPLAIN_ATTENTION)
-        if "position" in raw:
-            given = convert.parse_position(raw["position"], f"{EXPLAIN_ATTENTION} position")
-            position = ls.state.encoding.position_in(ls.state.lines(uri), types.Position(line=given.line, character=given.character))
-        elif (cursor := ls.cursors.get(uri)) is not None:
-            position = cursor
-        else:
-            raise InvalidParams(f"{EXPLAIN_ATTENTION}: no position given and no known cursor in {uri}")
-        return await explain_attention_at(ls, uri, position)
+        snapshot, position = command_target(ls, args[0], EXPLAIN_ATTENTION)
+        return await explain_attention_at(ls, snapshot, position)
 
 
-async def explain_attention_at(ls: Glm5Server, uri: str, position: Any) -> dict[str, Any]:
-    snapshot, handle, prepared = await forced_prompt(ls, uri, position, EXPLAIN_ATTENTION)
+async def explain_attention_at(ls: Glm5Server, snapshot: DocumentSnapshot, position: Position) -> dict[str, Any]:
+    uri = snapshot.uri
+    handle, prepared = await forced_prompt(ls, snapshot, position, EXPLAIN_ATTENTION)
     encoding, prompt = ls.state.encoding, prepared.prompt
     request = GenerationRequest(f"explain-attention-{next(_ids)}", prompt.ids, prepared.sampling, record_attention=True)
     result = await ls.engine.generate(request)

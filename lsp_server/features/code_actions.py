@@ -63,7 +63,11 @@ async def compute(ls: Glm5Server, data: Any) -> Replacement:
     version = data.get("version")
     if not isinstance(version, int):
         raise InvalidParams("code action: missing document version")
-    where = ls.state.encoding.range_in(ls.state.lines(uri), _parse_range(data.get("range")))
+    snapshot, given = ls.snapshot(uri), _parse_range(data.get("range"))
+    if snapshot.version == version:
+        where = convert.range_in(snapshot.lines, ls.state.encoding, given, "code action range")
+    else:  # the fixer answers ContentModified for an edited document
+        where = ls.state.encoding.range_in(snapshot.lines, given)
     if data["action"] == "declare":
         name = data.get("name")
         if not isinstance(name, str) or not name.isidentifier():

@@ -18,6 +18,9 @@ glm5.didAcceptCompletion.
   (cached prefixes in memory and the blocks persisted for this workspace, or for every workspace).
 - `glm5.applyFix <code action data>` -> computes a code action's edit and applies it through
   `workspace/applyEdit` (for clients that do not resolve code actions).
+- `glm5.documentState {uri}` -> `{uri, open, version, length, sha256}`: the server's copy of a
+  document (length in UTF-16 code units, SHA-256 of its UTF-8 text), so a client can check that
+  both copies agree; `open` false (and the rest null) for a document that is not open.
 """
 
 from __future__ import annotations
@@ -25,18 +28,24 @@ from __future__ import annotations
 from collections.abc import Mapping
 import asyncio
 import gc
+import hashlib
 from dataclasses import asdict
 from typing import Any
 
+from context.document import DocumentSnapshot
+from context.positions import Position, encode_text, utf16_length
 from lsprotocol import types
 from pygls.uris import from_fs_path
 
 from .. import candidates, convert, pipeline
+from ..encoding import PositionEncoding
 from ..errors import InvalidParams
 from .code_actions import APPLY_FIX, compute, workspace_edit
 from .inline_completion import ACCEPT_COMMAND
 
 SKIPPED_SHOWN = 50
+EXPLAIN_CONTEXT = "glm5.explainContext"
+DOCUMENT_STATE = "glm5.documentState"
 
 # pygls evaluates command handlers' annotations at call time, so this import cannot be
 # limited to type checking.
@@ -46,16 +55,9 @@ from ..server import Glm5Server  # noqa: E402
 def register(ls: Glm5Server) -> None:
     @ls.command("glm5.explainContext")
     async def explain_context(ls: Glm5Server, *args: Any) -> dict[str, Any]:
-        raw = _single_object(args, "glm5.explainContext", ("uri",))
-        uri = convert.parse_uri(raw, "glm5.explainContext")
-        if "position" in raw:
-            given = convert.parse_position(raw["position"], "glm5.explainContext position")
-            position = ls.state.encoding.position_in(ls.state.lines(uri), types.Position(line=given.line, character=given.character))
-        elif (cursor := ls.cursors.get(uri)) is not None:
-            position = cursor
-        else:
-            raise InvalidParams(f"glm5.explainContext: no position given and no known cursor in {uri}")
-        return await explain(ls, uri, position, bool(raw.get("candidates", True)), bool(raw.get("explicit", False)))
+        raw = _single_object(args, EXPLAIN_CONTEXT, ("uri",))
+        snapshot, position = command_target(ls, raw, EXPLAIN_CONTEXT)
+        return await explain(ls, snapshot, position, bool(raw.get("candidates", True)), bool(raw.get("explicit", False)))
 
     @ls.command("glm5.stats")
     async def stats(ls: Glm5Server, *args: Any) -> dict[str, Any]:
@@ -94,6 +96,17 @@ def register(ls: Glm5Server) -> None:
         )
         return {"applied": result.applied, "reason": result.failure_reason, "attempts": fix.attempts}
 
+    @ls.command(DOCUMENT_STATE)
+    def document_state(ls: Glm5Server, *args: Any) -> dict[str, Any]:
+        uri = _single_object(args, DOCUMENT_STATE, ("uri",))["uri"]
+        if not isinstance(uri, str):  # any string a didOpen named, "" included
+            raise InvalidParams(f"{DOCUMENT_STATE}: uri must be a string, got {uri!r}")
+        if (document := ls.documents.get(uri)) is None:
+            return {"uri": uri, "open": False, "version": None, "length": None, "sha256": None}
+        text = document.text
+        digest = hashlib.sha256(encode_text(text)).hexdigest()
+        return {"uri": uri, "open": True, "version": document.version, "length": utf16_length(text), "sha256": digest}
+
     @ls.command(ACCEPT_COMMAND)
     def did_accept(ls: Glm5Server, *args: Any) -> None:
         raw = _single_object(args, ACCEPT_COMMAND, ("completionId",))
@@ -106,22 +119,38 @@ def _gc_summary() -> dict[str, Any]:
     return {"frozen": gc.get_freeze_count(), "collections": [g["collections"] for g in gc.get_stats()]}
 
 
-async def forced_prompt(ls: Glm5Server, uri: str, position: Any, command: str):
-    """The completion request a command explains at `position`, built off the event loop:
-    (snapshot, handle, prepared), the prompt forced even where a completion would not run."""
+def command_target(ls: Glm5Server, raw: Mapping[str, Any], command: str) -> tuple[DocumentSnapshot, Position]:
+    """The snapshot a command works on and its `position` (else the document's last known
+    cursor), checked against that snapshot: a position outside it is InvalidParams."""
+    uri = convert.parse_uri(raw, command)
     snapshot = ls.snapshot(uri)
+    if "position" in raw:
+        given = convert.parse_position(raw["position"], f"{command} position")
+        return snapshot, convert.position_in(snapshot.lines, ls.state.encoding, given, f"{command} position")
+    cursor = ls.cursors.get(uri)
+    if cursor is None:
+        raise InvalidParams(f"{command}: no position given and no known cursor in {uri}")
+    return snapshot, convert.position_in(snapshot.lines, PositionEncoding(), cursor, f"{command}: the last known cursor")
+
+
+async def forced_prompt(ls: Glm5Server, snapshot: DocumentSnapshot, position: Position, command: str):
+    """The completion request a command explains at `position` of `snapshot`, built off the event
+    loop: (handle, prepared), the prompt forced even where a completion would not run."""
     handle = await ls.engine.ready()
     prepared = await asyncio.to_thread(ls.prepare_later(snapshot, position, handle, force=True))
     if prepared.prompt is None:  # forced prompts exist everywhere except on a line too long to complete
         raise InvalidParams(f"{command}: no prompt at {position}: the line is too long to complete")
-    return snapshot, handle, prepared
+    return handle, prepared
 
 
-async def explain(ls: Glm5Server, uri: str, position: Any, run: bool = True, explicit: bool = False) -> dict[str, Any]:
-    """What the model sees at `position`; with `run`, also the completion run there, as an
-    automatic request (or an `explicit` one): its candidates, their scores and what the
-    constraint did (`_run_completion`)."""
-    snapshot, handle, prepared = await forced_prompt(ls, uri, position, "glm5.explainContext")
+async def explain(
+    ls: Glm5Server, snapshot: DocumentSnapshot, position: Position, run: bool = True, explicit: bool = False
+) -> dict[str, Any]:
+    """What the model sees at `position` of `snapshot`; with `run`, also the completion run
+    there, as an automatic request (or an `explicit` one): its candidates, their scores and what
+    the constraint did (`_run_completion`)."""
+    uri = snapshot.uri
+    handle, prepared = await forced_prompt(ls, snapshot, position, EXPLAIN_CONTEXT)
     encoding, prompt = ls.state.encoding, prepared.prompt
     outcome: dict[str, Any] = {}
     if run:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from context.positions import Position, Range, utf16_length
 from lsprotocol import types
 
+from .. import convert
 from .inline_completion import request_id, accept_command
 
 if TYPE_CHECKING:
@@ -28,8 +29,9 @@ def register(ls: Glm5Server) -> None:
     async def completion(ls: Glm5Server, params: types.CompletionParams) -> types.CompletionList:
         invoked = params.context is not None and params.context.trigger_kind == types.CompletionTriggerKind.Invoked
         uri, encoding = params.text_document.uri, ls.state.encoding
+        position = convert.position_in(ls.snapshot(uri).lines, encoding, params.position, "position", clamp=True)
         answer = await ls.completions.complete(
-            uri, encoding.position_in(ls.state.lines(uri), params.position), request_id(ls), "items", automatic=not invoked
+            uri, position, request_id(ls), "items", automatic=not invoked
         )
         if not answer.text:
             return types.CompletionList(is_incomplete=True, items=[])

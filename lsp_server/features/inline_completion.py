@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
+from .. import convert
 from ..completions import Answer
 
 if TYPE_CHECKING:
@@ -35,8 +36,9 @@ def register(ls: Glm5Server) -> None:
     async def inline_completion(ls: Glm5Server, params: types.InlineCompletionParams) -> types.InlineCompletionList:
         automatic = params.context.trigger_kind == types.InlineCompletionTriggerKind.Automatic
         uri, encoding = params.text_document.uri, ls.state.encoding
+        position = convert.position_in(ls.snapshot(uri).lines, encoding, params.position, "position", clamp=True)
         answer = await ls.completions.complete(
-            uri, encoding.position_in(ls.state.lines(uri), params.position), request_id(ls), "inline", automatic
+            uri, position, request_id(ls), "inline", automatic
         )
         if not answer.text:
             return types.InlineCompletionList(items=[])

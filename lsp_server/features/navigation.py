@@ -16,6 +16,7 @@ from context.positions import Position, Range
 from lsprotocol import types
 from pygls.uris import from_fs_path
 
+from .. import convert
 
 if TYPE_CHECKING:
     from ..server import Glm5Server
@@ -47,9 +48,11 @@ async def _lookup(
     text when the document is open (the index may not have seen its latest edits yet)."""
     path = path_from_uri(uri)
     await ls.index_ready.wait()
-    editor = ls.state.lines(uri)
-    lines = editor or (ls.state.file_lines(path) if path and not ls.state.encoding.identity else None)
-    utf16 = ls.state.encoding.position_in(lines, position)
+    editor, encoding = ls.state.lines(uri), ls.state.encoding
+    if editor is not None:
+        utf16 = convert.position_in(editor, encoding, position, "position", clamp=True)
+    else:
+        utf16 = encoding.position_in(ls.state.file_lines(path) if path and not encoding.identity else None, position)
     return ls.index, Path(path) if path else None, utf16, editor.text if editor is not None else None
 
 

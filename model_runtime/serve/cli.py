@@ -28,6 +28,8 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from model_runtime.version import package_version
+
 DTYPES = ("float32", "bfloat16", "float16")
 
 log = logging.getLogger("glm5-serve")
@@ -35,6 +37,7 @@ log = logging.getLogger("glm5-serve")
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="glm5-serve", description="Serve a GLM-5 checkpoint over an OpenAI-compatible HTTP API.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     parser.add_argument("--model", metavar="DIR", help="checkpoint directory (default: the embedded model)")
     parser.add_argument("--served-model-name", metavar="NAME", help="the model's name in the API (default: the directory's name)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")

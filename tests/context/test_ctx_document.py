@@ -139,3 +139,50 @@ def test_a_large_document_parses_on_first_use_of_a_version_not_on_each_edit(monk
     small = Document("file:///w/small.py", "python", 1, "x = 1\n")
     small.apply_change(Range(Position(0, 4), Position(0, 5)), "2", 2)
     assert parsed[1:] == [False, True]  # opened and edited: parsed at once
+
+
+def test_an_edit_of_a_million_blank_lines_builds_no_table_per_line() -> None:
+    """The line table of a new version is built a chunk at a time, on use: applying a 1 MB
+    edit of blank lines and converting a position near its end builds at most two chunks'
+    tables (today's whole-text table had a million entries, built on the thread applying it)."""
+    from context import positions
+
+    doc = Document("file:///tmp/blank.txt", "plaintext", 1, "x\n")
+    doc.apply_change(None, "\n" * 1_000_000, 2)
+    doc.apply_change(Range(Position(999_990, 0), Position(999_990, 0)), "y", 3)
+    lines = doc.snapshot().lines
+    assert lines.line_count == 1_000_001 and lines.line(999_990) == "y"
+    assert lines.position_at(len(lines.text) - 1) == Position(999_999, 0)
+    built = [table for table in lines._chunks if table is not None]
+    assert len(built) <= 2 and all(len(table) <= positions.CHUNK_CHARS for table in built)
+
+
+def test_a_large_parse_lets_another_thread_run_in_the_middle_of_it() -> None:
+    """py-tree-sitter holds the interpreter lock while it parses; a large text is read in chunks
+    through Python, so another thread (the server's event loop) runs between chunks: here the
+    main thread does its work while the parse is part-way through, then lets it finish."""
+    import threading
+
+    from context.languages import PARSE_CHUNK_BYTES, language_for
+
+    halfway, resume = threading.Event(), threading.Event()
+
+    class Source(bytes):
+        reads = 0
+
+        def __getitem__(self, key):
+            Source.reads += 1
+            if Source.reads == 3:  # part-way: hand over and wait (bounded) for the other thread
+                halfway.set()
+                resume.wait(30)
+            return super().__getitem__(key)
+
+    source = Source(b"def f(x):\n    return x\n" * (20 * PARSE_CHUNK_BYTES // 23))
+    trees: list[ts.Tree] = []
+    parsing = threading.Thread(target=lambda: trees.append(language_for("python", "a.py").parse(source)))
+    parsing.start()
+    assert halfway.wait(30), "the parser read the whole text without handing control back"
+    assert not trees  # the main thread runs while the parse is unfinished
+    resume.set()
+    parsing.join(60)
+    assert trees and trees[0].root_node.end_byte == len(source) and not trees[0].root_node.has_error

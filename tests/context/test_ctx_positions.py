@@ -101,3 +101,38 @@ def test_lines_match_a_split_on_every_terminator_for_random_texts() -> None:
         assert [index.line_start(i) for i in range(len(lines))] == starts
         assert [index.line_end(i) for i in range(len(lines))] == [s + len(line) for s, line in zip(starts, lines)]
         assert utf16_length(text) == sum(2 if ord(c) > 0xFFFF else 1 for c in text)
+
+
+def test_chunked_tables_agree_with_a_plain_reading_of_the_text(monkeypatch) -> None:
+    """With chunks of 3 characters (a line, a "\\r\\n" or a character's bytes across chunk
+    boundaries), every conversion agrees with slicing, counting and encoding the text itself."""
+    import random
+    import re
+
+    from context import positions
+    from context.positions import decode_prefix, encode_text
+
+    monkeypatch.setattr(positions, "CHUNK_CHARS", 3)
+    rng = random.Random(11)
+    pieces = ["a", "bc", "\n", "\r\n", "é", "😀", " ", "\n\n\n", "\ud800", "中"]
+    for _ in range(400):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 14)))
+        if rng.random() < 0.2:
+            text += "\rz"  # a lone "\r": the one-table path
+        index, data = TextIndex(text), encode_text(text)
+        starts = [0] + [m.end() for m in re.finditer(r"\r\n|\r|\n", text)]
+        lines = re.split(r"\r\n|\r|\n", text)
+        assert index.line_count == len(lines)
+        assert [index.line(i) for i in range(len(lines))] == lines
+        for offset in range(len(text) + 1):
+            line = max(i for i, start in enumerate(starts) if start <= offset)
+            column = utf16_length(text[starts[line] : min(offset, starts[line] + len(lines[line]))])
+            assert index.position_at(offset) == Position(line, column)
+            assert index.byte_at(offset) == len(encode_text(text[:offset]))
+            if "\r" not in text.replace("\r\n", ""):
+                row_start = text.rfind("\n", 0, offset) + 1
+                assert index.point_at(offset) == (text.count("\n", 0, offset), len(encode_text(text[row_start:offset])))
+        for byte in range(len(data) + 2):
+            assert index.offset_of_byte(byte) == len(decode_prefix(data[:byte]))
+        for line in range(len(lines) + 1):
+            assert index.offset_at(Position(line, 99)) == (starts[line] + len(lines[line]) if line < len(lines) else len(text))

@@ -39,6 +39,7 @@ def test_complete_streams_a_completion_to_stdout(project, tiny_checkpoint):
     assert done.returncode == 0, done.stderr
     assert "prompt tokens" in done.stderr and "generated" in done.stderr
     assert done.stdout.strip()  # without abstaining the best candidate is printed
+    assert done.stdout.endswith("\n")  # a line of its own in a terminal or a script
     assert "\n" not in done.stdout.rstrip("\n")  # a single-line completion at the end of `value = `
 
 
@@ -53,17 +54,37 @@ def test_another_models_reranker_weights_never_silence_this_model(project, tiny_
 
 
 @pytest.mark.parametrize(
-    ("location", "message"),
+    ("location", "options", "message"),
     [
-        ("main.py", "expected FILE:LINE:COL"),
-        ("main.py:0:1", "expected FILE:LINE:COL"),
-        ("missing.py:1:1", "cannot read"),
-        ("bad.py:1:1", "not valid UTF-8"),
+        ("main.py", [], "expected FILE:LINE:COL"),
+        ("main.py:0:1", [], "expected FILE:LINE:COL"),
+        ("main.py:4:x", [], "expected FILE:LINE:COL"),
+        ("missing.py:1:1", [], "cannot read"),
+        ("bad.py:1:1", [], "not valid UTF-8"),
+        ("main.py:6:1", [], "line 6 is past the end of the file (5 lines)"),  # line 5 follows the final newline
+        ("main.py:6:1", ["--no-abstain"], "line 6 is past the end of the file"),
+        ("main.py:99:1", ["--no-abstain"], "line 99 is past the end of the file"),
+        ("main.py:4:10", ["--no-abstain"], "column 10 is past the end of the line (8 characters)"),
+        ("main.py:4:9", ["--workspace", "no/such/folder"], "--workspace no/such/folder: not a folder"),
     ],
 )
-def test_complete_rejects_bad_input_with_status_2(project, tiny_checkpoint, location, message):
-    done = lsp_server("complete", f"{project}/{location}", "--model", str(tiny_checkpoint), timeout=60)
-    assert done.returncode == 2 and message in done.stderr
+def test_complete_rejects_bad_input_with_status_2_and_one_line(project, tiny_checkpoint, location, options, message):
+    done = lsp_server("complete", f"{project}/{location}", "--model", str(tiny_checkpoint), *options, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+def test_every_command_line_prints_the_package_version():
+    import tomllib
+
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    for argv, name in (
+        (["-m", "lsp_server"], "lsp_server"), (["-m", "model_runtime"], "python -m model_runtime"),
+        (["-m", "model_runtime", "serve"], "glm5-serve"),
+    ):
+        done = subprocess.run([sys.executable, *argv, "--version"], cwd=REPO, env=server_env(), capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0 and done.stdout == f"{name} {version}\n", (argv, done.stdout, done.stderr)
 
 
 def test_help_says_lines_and_columns_are_one_based():

@@ -7,7 +7,11 @@ Content-Length mismatches, duplicate ids, unknown methods, cancellations. `Fuzze
 server (its own cache directory; `--model` a tiny random checkpoint), sends requests before
 `initialize`, initializes, writes each message, waits (bounded) for every answer it must get,
 checks the process is alive, probes health with a valid completion every `probe_every`
-messages, and at the end sends requests after `shutdown` and checks the process exits.
+messages (timing each probe's answer), and at the end sends requests after `shutdown` and checks
+the process exits. After every run of document sync notifications it compares the server's copy
+of each document it named (`glm5.documentState`: version and SHA-256) with the client's
+(`lsp_sync_model.ClientDocuments`), and it counts every error response by code (InternalError
+responses are kept as samples).
 
 Used by tests/lsp_server/test_lsp_fuzz.py (fixed seed, a few thousand cases) and
 bench/bench_fuzz.py (>= 10,000 cases, a report of crashes and hangs).
@@ -15,6 +19,7 @@ bench/bench_fuzz.py (>= 10,000 cases, a report of crashes and hangs).
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import os
@@ -27,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from hypothesis import strategies as st
+
+from lsp_sync_model import ClientDocuments
 
 REPO = Path(__file__).resolve().parents[2]
 ANSWER_S = 30.0  # longest wait for one answer before it counts as a hang
@@ -43,6 +50,8 @@ NOTIFICATIONS = [
     "glm5/didChangeCursor", "glm5/didShowCompletion", "glm5/didAcceptCompletion", "glm5/didRejectCompletion",
     "workspace/didChangeConfiguration", "$/cancelRequest", "$/setTrace", "initialized",
 ]
+SYNC = ("textDocument/didOpen", "textDocument/didChange", "textDocument/didClose")
+INTERNAL_ERROR = -32603
 COMMANDS = ["glm5.stats", "glm5.explainContext", "glm5.clearCache", "glm5.applyFix", "glm5.didAcceptCompletion", "nope"]
 
 
@@ -51,6 +60,7 @@ class Message:
     kind: str
     data: bytes  # exactly what is written to the server's stdin
     must_answer: list[Any] = field(default_factory=list)  # request ids that must get a response
+    sync: tuple[str, Any] | None = None  # (method, params) of a document sync notification
 
 
 def frame(body: bytes, declared: int | None = None) -> bytes:
@@ -194,7 +204,7 @@ def messages(draw, uris: list[str], ids: Ids, versions: dict[str, int], huge: tu
 def _call(method: str, params: Any, ids: Ids, notification: bool) -> Message:
     message: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "params": params}
     if notification:
-        return Message(method, frame(encode(message)))
+        return Message(method, frame(encode(message)), sync=(method, params) if method in SYNC else None)
     message["id"] = rid = ids.fresh()
     return Message(method, frame(encode(message)), [rid])
 
@@ -211,6 +221,8 @@ class WireClient:
         self._cond = threading.Condition()
         self.responses: dict[str, list[dict[str, Any]]] = {}
         self.notifications: list[dict[str, Any]] = []
+        self.error_codes: dict[int, int] = {}
+        self.internal_errors: list[str] = []  # the first few InternalError responses
         self._reader = threading.Thread(target=self._read, name="fuzz-reader", daemon=True)
         self._reader.start()
 
@@ -265,11 +277,21 @@ class WireClient:
             if "method" in message and "id" in message:  # a request from the server
                 self.write(frame(encode({"jsonrpc": "2.0", "id": message["id"], "result": None})))
             elif "id" in message:
+                self._count_error(message)
                 with self._cond:
                     self.responses.setdefault(json.dumps(message["id"]), []).append(message)
                     self._cond.notify_all()
             else:
                 self.notifications.append(message)
+
+    def _count_error(self, message: dict[str, Any]) -> None:
+        error = message.get("error")
+        if not isinstance(error, dict):
+            return
+        code = error.get("code")
+        self.error_codes[code] = self.error_codes.get(code, 0) + 1
+        if code == INTERNAL_ERROR and len(self.internal_errors) < 20:
+            self.internal_errors.append(f"id={message.get('id')!r}: {str(error.get('message'))[:300]}")
 
 
 @dataclass
@@ -281,6 +303,13 @@ class Report:
     probe_failures: list[str] = field(default_factory=list)
     kinds: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)  # time spent per kind (writing and answers)
+    probe_waits: list[float] = field(default_factory=list)  # seconds from each probe to its answer
+    sync_checks: int = 0
+    desyncs: list[str] = field(default_factory=list)
+
+    def probe_wait(self, quantile: float) -> float:
+        waits = sorted(self.probe_waits)
+        return waits[min(len(waits) - 1, int(quantile * len(waits)))] if waits else float("nan")
 
 
 class Fuzzer:
@@ -293,6 +322,8 @@ class Fuzzer:
         self.report = Report()
         self.ids = Ids()
         self.versions: dict[str, int] = {}
+        self.documents = ClientDocuments()
+        self.unchecked: set[str] = set()  # documents named by sync notifications since the last check
         self.probe_uri = (workspace / "probe.py").as_uri()
         self.uris = [(workspace / "fuzz.py").as_uri(), (workspace / "other.py").as_uri()]
 
@@ -305,16 +336,21 @@ class Fuzzer:
         self._must_answer("initialize", "initialize", init)
         self.client.notify("initialized", {})
         for uri in self.uris:
-            self.client.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 0, "text": "import os\n"}})
-        self.client.notify("textDocument/didOpen", {"textDocument": {"uri": self.probe_uri, "languageId": "python", "version": 1, "text": PROBE_TEXT}})
-        self.probe()
+            self._notify_sync("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 0, "text": "import os\n"}})
+        self._notify_sync("textDocument/didOpen", {"textDocument": {"uri": self.probe_uri, "languageId": "python", "version": 1, "text": PROBE_TEXT}})
+        self.check_sync()
+        self.probe(timed=False)  # waits for the model to load
 
     def send(self, message: Message) -> None:
         report = self.report
         report.messages += 1
         report.kinds[message.kind] = report.kinds.get(message.kind, 0) + 1
+        if message.sync is None:
+            self.check_sync()
         start = time.perf_counter()
         self.client.write(message.data)
+        if message.sync is not None and (uri := self.documents.notify(*message.sync)) is not None:
+            self.unchecked.add(uri)
         for rid in message.must_answer:
             if self.client.wait(rid) is None and self.client.alive():
                 report.hangs.append(f"{message.kind} id={rid!r}: no answer within {ANSWER_S:g} s")
@@ -327,7 +363,7 @@ class Fuzzer:
             if self.progress is not None:
                 self.progress(report)
 
-    def probe(self) -> None:
+    def probe(self, timed: bool = True) -> None:
         """A valid completion at the end of the probe document must be answered with a list."""
         start = time.perf_counter()
         self.report.probes += 1
@@ -336,12 +372,36 @@ class Fuzzer:
         params = {"textDocument": {"uri": self.probe_uri}, "position": _position(len(lines) - 1, len(lines[-1])), "context": {"triggerKind": 1}}
         self.client.request("textDocument/inlineCompletion", params, rid)
         answer = self.client.wait(rid, PROBE_S)
+        if timed:
+            self.report.probe_waits.append(time.perf_counter() - start)
         if answer is None or "result" not in answer or not isinstance(answer["result"].get("items"), list):
             self.report.probe_failures.append(f"probe {self.report.probes} after {self.report.messages} messages: {answer!r}")
         self.report.seconds["probe"] = self.report.seconds.get("probe", 0.0) + time.perf_counter() - start
 
+    def check_sync(self) -> None:
+        """Compare the server's copy of each document named since the last check with the client's."""
+        for uri in sorted(self.unchecked):
+            self.report.sync_checks += 1
+            rid = self.ids.fresh()
+            self.client.request("workspace/executeCommand", {"command": "glm5.documentState", "arguments": [{"uri": uri}]}, rid)
+            answer = self.client.wait(rid)
+            version, text = self.documents.open.get(uri, (None, None))
+            expected = {"open": text is not None, "version": version,
+                        "sha256": None if text is None else hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()}
+            got = answer.get("result") if isinstance(answer, dict) else None
+            if not isinstance(got, dict) or {k: got.get(k) for k in expected} != expected:
+                seen = got if isinstance(got, dict) else answer
+                self.report.desyncs.append(f"after {self.report.messages} messages, {uri[:80]!r}: client {expected}, server {str(seen)[:300]}")
+        self.unchecked.clear()
+
+    def _notify_sync(self, method: str, params: Any) -> None:
+        self.client.notify(method, params)
+        if (uri := self.documents.notify(method, params)) is not None:
+            self.unchecked.add(uri)
+
     def finish(self) -> int | None:
         """shutdown, requests after it (each answered), exit; the exit code (None: it did not exit)."""
+        self.check_sync()
         self._must_answer("shutdown", "shutdown", None)
         for method in ("textDocument/inlineCompletion", "workspace/executeCommand"):
             self._must_answer(f"after shutdown: {method}", method, templates(self.uris[0], 1).get(method))

@@ -165,12 +165,14 @@ async def test_bad_requests_get_errors_and_the_server_keeps_serving(session: Ses
     assert (await session.inline(uri, 0, 4)).items
 
 
-async def test_positions_past_the_end_and_surrogate_pairs_clamp(session: Session):
+async def test_characters_past_the_line_and_surrogate_pairs_clamp_a_line_past_the_end_is_invalid(session: Session):
     uri = session.create("emoji.py", "s = '😀😀' + \n")
-    past_line = await session.inline(uri, 0, 500)
+    past_line = await session.inline(uri, 0, 500)  # LSP: a character past the line "defaults back to the line length"
     assert past_line.items[0].range.start == types.Position(line=0, character=13)  # the line is 13 UTF-16 units
-    past_file = await session.inline(uri, 99, 3)
-    assert past_file.items[0].range.start.line == 1
+    with pytest.raises(JsonRpcException, match="line 99 is past the end of the document") as error:
+        await session.inline(uri, 99, 3)
+    assert error.value.code == types.ErrorCodes.InvalidParams
+    assert (await session.inline(uri, 1, 0)).items  # the last line (after the final "\n") is in the document
     mid_pair = await session.inline(uri, 0, 6)  # inside the first emoji's surrogate pair
     assert mid_pair.items[0].range.start.character == 5
 
