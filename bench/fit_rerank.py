@@ -7,7 +7,8 @@ typed up to the cursor, as `repo-typed`), labels every candidate 1 when it equal
 completion should insert (the blanked line, or its untyped rest),
 and fits a logistic regression (numpy: full-batch gradient descent with L2, features as
 `context.rerank.FEATURES`). The abstain threshold is then chosen for coverage at a precision:
-the lowest one at which `--precision` (35%) of the shown answers are right, about the share of
+the lowest one at which `--precision` (35%) of the shown answers are right for every kind of
+item (cross-file, random and typed lines; the hardest kind decides), about the share of
 shown suggestions that users of completion tools accept: a stricter one shows so little that
 the tool looks dead, a looser one mostly junk. It is chosen on leave-one-package-out predictions (each
 package's items scored by weights fitted on the other packages), because the evaluation is on
@@ -78,8 +79,22 @@ def choose_threshold(best: list[tuple[float, bool]], precision: float) -> tuple[
         right_so_far += right
         if right_so_far / n >= precision and (n == len(ordered) or ordered[n][0] < p):
             threshold = p
+    return threshold, at_threshold(best, threshold)
+
+
+def threshold_for_every_kind(best: list[tuple[float, bool]], kinds: list[str], precision: float) -> tuple[float, dict[str, float]]:
+    """The lowest threshold at which every kind of item (lines using a name from another file,
+    random lines, typed lines) reaches `precision`: the highest of the kinds' own thresholds.
+    One threshold over the mix lets the easy kinds carry a hard one, which then shows mostly
+    wrong lines to the user who writes it."""
+    threshold = max(choose_threshold([b for b, k in zip(best, kinds) if k == kind], precision)[0] for kind in sorted(set(kinds)))
+    return threshold, at_threshold(best, threshold)
+
+
+def at_threshold(best: list[tuple[float, bool]], threshold: float) -> dict[str, float]:
+    """Show rate, precision when shown and exact match of `best` at `threshold`."""
     shown = [r for p, r in best if p >= threshold]
-    return threshold, {
+    return {
         "show_rate": len(shown) / max(1, len(best)),
         "precision_when_shown": sum(shown) / len(shown) if shown else 0.0,
         "exact_match": sum(shown) / max(1, len(best)),
@@ -170,8 +185,13 @@ def main(argv: list[str] | None = None) -> int:
 
     model = args.model or embedded_model_path()
     half = args.per_package // 2
-    items = package_items(args.cache, TUNING_PACKAGES, half, "tuning") + package_random_items(args.cache, TUNING_PACKAGES, half, "tuning")
-    items += package_typed_items(args.cache, TUNING_PACKAGES, args.typed_per_package, "tuning")
+    kinds_of = {
+        "cross-file": package_items(args.cache, TUNING_PACKAGES, half, "tuning"),
+        "random": package_random_items(args.cache, TUNING_PACKAGES, half, "tuning"),
+        "typed": package_typed_items(args.cache, TUNING_PACKAGES, args.typed_per_package, "tuning"),
+    }
+    items = [item for kind in kinds_of.values() for item in kind]
+    item_kinds = [kind for kind, its in kinds_of.items() for _ in its]
     explained = json.loads(args.from_dump.read_text()) if args.from_dump else []
     for entry, item in zip(explained, items):  # dumps written before the line prefix was kept
         entry.setdefault("line_prefix", item.typed)
@@ -186,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("no scored candidates or no right one: is the engine scoring (model_runtime with score())?")
     everything = list(range(len(explained)))
     folds = [[i for i in everything if items[i].root.name == root] for root in sorted({item.root.name for item in items})]
-    threshold, tuned = choose_threshold(cross_validated(rows, labels, groups, folds), args.precision)
+    kinds = [item_kinds[i] for fold in folds for i in fold]  # in `cross_validated`'s order
+    threshold, tuned = threshold_for_every_kind(cross_validated(rows, labels, groups, folds), kinds, args.precision)
     reranker = fit(rows, labels, groups, everything)
     _, in_sample = choose_threshold(best_per_item(reranker, rows, labels, groups, everything), args.precision)
     tuned["oracle"] = len({g for g, y in zip(groups, labels) if y}) / len(explained)
@@ -195,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         "items": len(explained),
         "candidates": len(rows), "positives": sum(labels), "packages": list(TUNING_PACKAGES),
         "typed_items": sum(1 for item in items if item.column),
-        "threshold": f"the most shown at precision when shown >= {args.precision:.0%}, on leave-one-package-out predictions",
+        "threshold": f"the most shown at precision when shown >= {args.precision:.0%} for every kind of item, on leave-one-package-out predictions",
         "tuning": {k: round(v, 4) for k, v in tuned.items()},
         "in_sample_best": {k: round(v, 4) for k, v in in_sample.items()},
     }

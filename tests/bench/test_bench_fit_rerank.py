@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from bench.fit_rerank import PRECISION, best_per_item, choose_threshold, cross_validated, fit
+from bench.fit_rerank import PRECISION, best_per_item, choose_threshold, cross_validated, fit, threshold_for_every_kind
 from context.rerank import FEATURES
 
 
@@ -67,3 +67,15 @@ def test_the_threshold_shows_the_most_items_that_keep_the_precision():
 def test_no_threshold_reaches_the_precision_shows_nothing():
     threshold, tuned = choose_threshold([(0.9, False), (0.5, False), (0.2, True)], 0.5)
     assert threshold == 1.0 and tuned["show_rate"] == 0.0
+
+
+def test_every_kind_of_item_keeps_the_precision_the_hardest_decides():
+    """An easy kind (right at every score) would carry a hard one (right only at the top) down
+    to 0.1 over the mix; for every kind, the hard one's own threshold holds."""
+    easy = [(p / 10, True) for p in range(1, 10)]
+    hard = [(0.9, True), (0.8, False), (0.7, False), (0.6, False), (0.5, False), (0.4, False)]
+    mixed_threshold, _ = choose_threshold(easy + hard, 0.5)
+    threshold, tuned = threshold_for_every_kind(easy + hard, ["easy"] * len(easy) + ["hard"] * len(hard), 0.5)
+    assert mixed_threshold == 0.1
+    assert threshold == 0.8  # the hard kind: 1 right of 2 shown
+    assert tuned["precision_when_shown"] == 3 / 4  # easy 0.8 and 0.9, hard 0.9 right; hard 0.8 wrong
