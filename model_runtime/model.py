@@ -513,11 +513,11 @@ class Experts(nn.ModuleList):
         Returns (y [N,D], pairs dropped: a 0-d tensor)."""
         (n, k), e = indices.shape, len(self)
         flat = indices.flatten()
-        onehot = F.one_hot(flat, e)
+        onehot = (flat[:, None] == torch.arange(e, device=x.device)).long()  # F.one_hot checks values on the host
         rank = (onehot.cumsum(0) - 1).gather(1, flat[:, None]).squeeze(1)  # place in its expert's queue
         kept = rank < capacity
         slot = torch.where(kept, flat * capacity + rank, e * capacity)  # e * capacity: the spill row
-        token = torch.arange(n, device=x.device).repeat_interleave(k)
+        token = torch.arange(n * k, device=x.device) // k
         source = torch.full((e * capacity + 1,), n, device=x.device, dtype=token.dtype).scatter(0, slot, token)
         routed = torch.cat((x, x.new_zeros(1, x.shape[1])))[source[:-1]].view(e, capacity, -1)
         gate_up = torch.stack([torch.cat((m.gate_proj.weight, m.up_proj.weight)) for m in self])
