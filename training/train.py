@@ -107,6 +107,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--eval-rows", type=int, default=64, help="held-out rows per evaluation")
     p.add_argument("--checkpoint-minutes", type=float, default=10.0)
     p.add_argument("--max-steps", type=int, default=0, help="stop (with a checkpoint) after this many steps in this process")
+    p.add_argument("--stop-after", type=float, default=0.0,
+                   help="stop (with a checkpoint) after this many wall seconds of training steps in this process")
     args = p.parse_args(argv)
     if args.total_tokens <= 0 and args.time_budget <= 0 and args.cpu_budget <= 0:
         p.error("give --total-tokens, --time-budget or --cpu-budget")
@@ -289,11 +291,12 @@ class Trainer:
         progress = Progress(self.state.total_steps or None, self.state.step, args.run_dir / "log.jsonl")
         progress.note(f"{args.preset}: {parameter_counts(self.cfg)} params, context {self.context}, "
                       f"{self.tokens_per_step} tokens/step, device {self.device}, resumed at step {self.state.step}")
-        last_save, steps_here = time.monotonic(), 0
+        last_save, steps_here, here_s = time.monotonic(), 0, 0.0
         while self.progress() < 1.0 and not self._stop:
             started, cpu_started = time.monotonic(), cpu_clock()
             metrics = self.step()
             self.state.elapsed_s += time.monotonic() - started
+            here_s += time.monotonic() - started
             self.state.cpu_s += cpu_clock() - cpu_started
             steps_here += 1
             if "loss" in metrics:
@@ -304,7 +307,7 @@ class Trainer:
             if time.monotonic() - last_save >= args.checkpoint_minutes * 60:
                 self.save()
                 last_save = time.monotonic()
-            if args.max_steps and steps_here >= args.max_steps:
+            if (args.max_steps and steps_here >= args.max_steps) or (args.stop_after and here_s >= args.stop_after):
                 break
         pending = self.stats.read() | self.balancer.read()
         if pending:  # the steps since the last read (--stats-every)
