@@ -192,11 +192,14 @@ def tracked_bytes(exclude: tuple[Path, ...] = ()) -> int:
     return sum(Path(n).stat().st_size for n in names if n and Path(n).is_file() and Path(n).resolve() not in skip)
 
 
-def plan(pack: Path, carry: Path, ledger: Path, warm: Path | None, stash: bool, room: int = ROOM) -> dict:
-    """Fill `carry` with a sub-pack of unsent training files and the warm start; returns the plan."""
+def plan(pack: Path, carry: Path, ledger: Path, warm: Path | None, stash: bool, room: int = ROOM,
+         shipped_dir: Path | None = None) -> dict:
+    """Fill `carry` with a sub-pack of unsent training files and the warm start; returns the plan.
+    `shipped_dir`: the shipped model's directory (the embedded model's unless a test says)."""
     index = json.loads((pack / "pack.json").read_text())
     sent = set(json.loads(ledger.read_text())["sent"]) if ledger.is_file() else set()
-    shipped = default_model_path() / "model.safetensors"
+    shipped_dir = shipped_dir or default_model_path()
+    shipped = shipped_dir / "model.safetensors"
     tree = tracked_bytes((shipped,) if stash else ())
     warm_files = [warm / n for n in ("model.safetensors", *MODEL_FILES)] if warm else ([shipped] if stash else [])
     fixed = sum((pack / n).stat().st_size for n in ("pack.json", "heldout-src.json.xz", "tokenizer.json", "tokenizer_config.json"))
@@ -221,7 +224,7 @@ def plan(pack: Path, carry: Path, ledger: Path, warm: Path | None, stash: bool, 
         _stash(carry).mkdir(parents=True, exist_ok=True)
         shutil.move(shipped, _stash(carry) / "model.safetensors")
     if warm or stash:  # the shipped model, when it is the warm start, travels here instead of in the tree
-        source = warm or default_model_path()
+        source = warm or shipped_dir
         (carry / "warm").mkdir()
         for name in ("model.safetensors", *MODEL_FILES):
             shutil.copy(_stash(carry) / name if name == "model.safetensors" and not warm else source / name, carry / "warm" / name)
@@ -234,9 +237,9 @@ def _stash(carry: Path) -> Path:
     return carry.parent / "stash"  # beside the carried directory, not in it
 
 
-def restore(carry: Path) -> bool:
+def restore(carry: Path, shipped_dir: Path | None = None) -> bool:
     """Put a stashed shipped model back into the tree; True when one was moved."""
-    stashed, shipped = _stash(carry) / "model.safetensors", default_model_path() / "model.safetensors"
+    stashed, shipped = _stash(carry) / "model.safetensors", (shipped_dir or default_model_path()) / "model.safetensors"
     if shipped.is_file() or not stashed.is_file():
         return False
     shutil.move(stashed, shipped)

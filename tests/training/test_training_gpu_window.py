@@ -91,3 +91,19 @@ def test_plan_carries_unsent_files_that_fit_and_remembers_them(packed, tmp_path,
     assert second["train_files"] >= 1
     assert not {f["sha256"] for f in carried["train"]} & {f["sha256"] for f in again["train"]}
     assert len(json.loads(ledger.read_text())["sent"]) == 2 + second["train_files"]
+
+
+def test_a_stashed_shipped_model_travels_once_as_the_warm_start_and_comes_back(packed, tmp_path):
+    from training.gpu_window import restore
+
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    for name in ("model.safetensors", "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"):
+        (shipped / name).write_text(name)
+    carry = tmp_path / "window" / "carry"
+    result = plan(packed, carry, tmp_path / "ledger.json", None, True, room=10**9, shipped_dir=shipped)
+    assert result["stashed"] and not (shipped / "model.safetensors").exists()
+    assert (carry / "warm" / "model.safetensors").read_text() == "model.safetensors"
+    assert not (carry / "stash").exists()  # the stash is beside the carried directory, not in it
+    assert restore(carry, shipped) and (shipped / "model.safetensors").read_text() == "model.safetensors"
+    assert not restore(carry, shipped)
