@@ -1,8 +1,9 @@
 """Training-step speed, kernel launches and host reads: the trainer's old path against its fast
 path, side by side in one process.
 
-Each configuration is a real `training.train.Trainer` (the GPU recipe: Muon with bf16
-Newton–Schulz, the indexer KL and the MTP layer on every 4th step, MTP on every 4th position)
+Each configuration is a real `training.train.Trainer` (the GPU recipe: Muon, the indexer KL
+and the MTP layer on every 4th step, MTP on every 4th position; fp32 unless `--gpu-dtypes`, since
+bf16 matmuls are 18x slower than fp32 on a CPU without AMX-bf16)
 on the same rows, in sparse training (most of a run). One measurement is a whole 4-step cycle,
 since the KL and MTP steps cost more; configurations alternate cycle by cycle so that load from
 other processes hits them alike, and each figure is the median over rounds.
@@ -94,7 +95,8 @@ def trainer(path: str, data: Path, run_dir: Path, args: argparse.Namespace) -> T
     torch.manual_seed(0)
     flags = ["--preset", args.preset, "--train-data", str(data), "--heldout-data", str(run_dir / "none"),
              "--tokenizer", str(default_model_path()), "--run-dir", str(run_dir), "--batch-size", str(args.batch_size),
-             "--total-tokens", str(10**9), "--device", "cpu", "--threads", str(args.threads), *RECIPE, *PATHS[path]]
+             "--total-tokens", str(10**9), "--device", "cpu", "--threads", str(args.threads), *RECIPE, *PATHS[path],
+             *([] if args.gpu_dtypes else ["--no-bf16", "--muon-ns-dtype", "float32"])]
     return Trainer(parse_args(flags))
 
 
@@ -143,6 +145,8 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--preset", default="small")
     p.add_argument("--seq-len", type=int, default=1024, help="context of the random rows (without shards)")
+    p.add_argument("--gpu-dtypes", action="store_true",
+                   help="bf16 autocast and bf16 Newton-Schulz as on a GPU (slow on a CPU without AMX-bf16)")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         vocab = GlmTokenizer.from_dir(default_model_path()).vocab_size
@@ -151,6 +155,9 @@ def main() -> int:
         for t in trainers.values():  # warm-up: first-step allocations, optimizer state
             cycle(t)
         found = {name: counts(t) for name, t in trainers.items()}
+        for name, c in found.items():  # printed at once: they do not depend on the machine's load
+            print(f"{name}: {c['launches']:,.0f} launches/step ({c['optimizer']:,.0f} in the optimizer), "
+                  f"{c['reads']:.1f} host reads/step {c['kinds']}", flush=True)
         times: dict[str, list[float]] = {name: [] for name in PATHS}
         for _ in range(args.rounds):
             for name, t in trainers.items():

@@ -237,15 +237,17 @@ class MLA(nn.Module):
 
     @torch.no_grad()
     def _select_fast(self, x, q_lat, rope: Rope, allowed) -> torch.Tensor:
-        """Training's cheaper `_select_dense`: the scores as bf16 batched matmuls (the positive
-        scales, which order nothing, left out) and a plain top-k (ties broken as `topk` breaks
-        them, not by position), [B,T,T] bool. Keys past a short row's visible ones come out
-        selected; `allowed` masks them as before."""
+        """Training's cheaper `_select_dense`: the scores as batched matmuls in the autocast
+        dtype (bf16 on a GPU; the positive scales, which order nothing, left out) and a plain
+        top-k (ties broken as `topk` breaks them, not by position), [B,T,T] bool. Keys past a
+        short row's visible ones come out selected; `allowed` masks them as before."""
         qi, w = self.indexer.queries(x, q_lat, rope)  # [B,S,Hi,Di], [B,S,Hi]
         k = self.indexer.keys(x, rope)  # [B,T,Di]
         B, S, Hi, _ = qi.shape
-        s = F.relu(torch.matmul(qi.to(torch.bfloat16).flatten(1, 2), k.to(torch.bfloat16).mT))  # [B,S*Hi,T]
-        scores = torch.matmul(w.to(torch.bfloat16).view(B, S, 1, Hi), s.view(B, S, Hi, -1)).squeeze(2)
+        device = x.device.type
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else qi.dtype
+        s = F.relu(torch.matmul(qi.to(dtype).flatten(1, 2), k.to(dtype).mT))  # [B,S*Hi,T]
+        scores = torch.matmul(w.to(dtype).view(B, S, 1, Hi), s.view(B, S, Hi, -1)).squeeze(2)
         top = scores.masked_fill(~allowed, float("-inf")).topk(min(self.indexer.topk, scores.shape[-1]), dim=-1, sorted=False)
         return torch.zeros_like(allowed).scatter_(-1, top.indices, True)
 
