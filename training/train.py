@@ -86,8 +86,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="muon: Muon for the block matrices, AdamW for the rest (training.muon)")
     p.add_argument("--muon-ns-dtype", choices=("float32", "bfloat16"), default="float32",
                    help="dtype of Muon's Newton-Schulz iterations (bfloat16 halves their cost on a CPU with AMX)")
-    p.add_argument("--muon-impl", choices=IMPLS, default="batched",
-                   help="batched: foreach updates, one stacked Newton-Schulz per shape; single: matrix by matrix")
+    p.add_argument("--muon-impl", choices=("auto", *IMPLS), default="auto",
+                   help="batched: foreach updates, one stacked Newton-Schulz per shape (fewer GPU launches); "
+                        "single: matrix by matrix (faster on a CPU); auto: batched on CUDA, else single")
     p.add_argument("--moe-capacity", type=float, default=0.0,
                    help="give each expert this factor times its fair share of rows (static shapes, no host sync; "
                         "pairs over it are dropped); 0: dispatch by the routed counts")
@@ -345,8 +346,10 @@ def _hardware(device: torch.device) -> str:
 
 def _optimizer(model: torch.nn.Module, args: argparse.Namespace) -> torch.optim.Optimizer:
     if args.optimizer == "muon":
+        device = next(model.parameters()).device.type
+        impl = args.muon_impl if args.muon_impl != "auto" else ("batched" if device == "cuda" else "single")
         return MuonAdamW(muon_groups(model, args.weight_decay), lr=args.lr, ns_dtype=args.muon_ns_dtype,
-                         impl=args.muon_impl, compile=args.compile)
+                         impl=impl, compile=args.compile)
     decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
     rest = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
     groups = [{"params": decay, "weight_decay": args.weight_decay}, {"params": rest, "weight_decay": 0.0}]
