@@ -27,6 +27,7 @@ Invariants:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -133,6 +134,7 @@ class MLA(nn.Module):
         self.indexer = Indexer(cfg) if has_indexer else None
         self.scale = cfg.softmax_scale
         self.fused_in: tuple[torch.Tensor, list[int]] | None = None  # see `fuse_inputs`
+        self.fast_select = False  # training only: `_select_fast` in place of `_select_dense`
 
     # ---- shared pieces ------------------------------------------------------------------
     def project(self, x: torch.Tensor, rope: Rope):
@@ -213,7 +215,8 @@ class MLA(nn.Module):
         allowed = None if valid is None and not sparse else _causal_mask(B, T, valid, x.device)
         aux = AttnAux()
         if sparse:
-            aux.selected = prev_topk if self.indexer is None else self._select_dense(x, q_lat, rope, allowed)
+            select = self._select_fast if self.training and self.fast_select else self._select_dense
+            aux.selected = prev_topk if self.indexer is None else select(x, q_lat, rope, allowed)
             if aux.selected is None:
                 raise ValueError("a shared DSA layer needs the top-k of an earlier full layer")
             allowed = allowed & aux.selected
@@ -231,6 +234,22 @@ class MLA(nn.Module):
         qi, w = self.indexer.queries(x, q_lat, rope)
         scores = self.indexer.scores(qi, w, self.indexer.keys(x, rope))
         return topk_mask(scores.masked_fill(~allowed, float("-inf")), self.indexer.topk)
+
+    @torch.no_grad()
+    def _select_fast(self, x, q_lat, rope: Rope, allowed) -> torch.Tensor:
+        """Training's cheaper `_select_dense`: the scores as batched matmuls in the autocast
+        dtype (bf16 on a GPU; the positive scales, which order nothing, left out) and a plain
+        top-k (ties broken as `topk` breaks them, not by position), [B,T,T] bool. Keys past a
+        short row's visible ones come out selected; `allowed` masks them as before."""
+        qi, w = self.indexer.queries(x, q_lat, rope)  # [B,S,Hi,Di], [B,S,Hi]
+        k = self.indexer.keys(x, rope)  # [B,T,Di]
+        B, S, Hi, _ = qi.shape
+        device = x.device.type
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else qi.dtype
+        s = F.relu(torch.matmul(qi.to(dtype).flatten(1, 2), k.to(dtype).mT))  # [B,S*Hi,T]
+        scores = torch.matmul(w.to(dtype).view(B, S, 1, Hi), s.view(B, S, Hi, -1)).squeeze(2)
+        top = scores.masked_fill(~allowed, float("-inf")).topk(min(self.indexer.topk, scores.shape[-1]), dim=-1, sorted=False)
+        return torch.zeros_like(allowed).scatter_(-1, top.indices, True)
 
     def _indexer_kl(self, x, q_lat, q, k, rope: Rope, allowed, rows: int = 128) -> torch.Tensor:
         """KL(head-summed attention ‖ softmax(indexer scores)) over each query's attended keys,
@@ -488,6 +507,28 @@ class Experts(nn.ModuleList):
         h = torch.cat(outs) * weights.flatten()[order, None]
         return y.index_add_(0, token, h.to(y.dtype))
 
+    def forward_capacity(self, x: torch.Tensor, weights: torch.Tensor, indices: torch.Tensor,
+                         capacity: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Training: the same sum with every expert given `capacity` rows, so that every shape is
+        known before the step runs (no host sync, no graph break, batched matmuls); an expert's
+        (token, slot) pairs past its capacity, in token order, are dropped (add nothing).
+        Returns (y [N,D], pairs dropped: a 0-d tensor)."""
+        (n, k), e = indices.shape, len(self)
+        flat = indices.flatten()
+        onehot = (flat[:, None] == torch.arange(e, device=x.device)).long()  # F.one_hot checks values on the host
+        rank = (onehot.cumsum(0) - 1).gather(1, flat[:, None]).squeeze(1)  # place in its expert's queue
+        kept = rank < capacity
+        slot = torch.where(kept, flat * capacity + rank, e * capacity)  # e * capacity: the spill row
+        token = torch.arange(n * k, device=x.device) // k
+        source = torch.full((e * capacity + 1,), n, device=x.device, dtype=token.dtype).scatter(0, slot, token)
+        routed = torch.cat((x, x.new_zeros(1, x.shape[1])))[source[:-1]].view(e, capacity, -1)
+        gate_up = torch.stack([torch.cat((m.gate_proj.weight, m.up_proj.weight)) for m in self])
+        down = torch.stack([m.down_proj.weight for m in self])
+        gate, up = torch.bmm(routed, gate_up.mT).chunk(2, dim=-1)
+        h = torch.bmm(F.silu(gate) * up, down.mT).flatten(0, 1)
+        h = torch.cat((h, h.new_zeros(1, h.shape[1])))[slot] * weights.flatten()[:, None]
+        return h.view(n, k, -1).sum(1).to(x.dtype), (~kept).sum()
+
     def _gathered(self, x: torch.Tensor, weights: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
         """The same sum from the stacked weights: each (token, slot) gathers its expert's
         matrices (a copy of k experts per token: right for the few tokens of a decode step)."""
@@ -509,11 +550,23 @@ class MoE(nn.Module):
             MLP(cfg.hidden_size, cfg.moe_intermediate_size * cfg.n_shared_experts) if cfg.n_shared_experts else None
         )
         self.last_load: torch.Tensor | None = None  # tokens per expert of the last call (training)
+        # training: None dispatches by the routed counts (`Experts.forward`, a host sync a layer);
+        # a factor f gives each expert ceil(f * tokens * k / E) rows (`Experts.forward_capacity`)
+        self.capacity_factor: float | None = None
+        self.last_dropped: torch.Tensor | None = None  # (token, slot) pairs over capacity, last call
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         flat = x.reshape(-1, shape[-1])
         weights, indices = self.gate(flat)
+        if self.training and self.capacity_factor is not None:
+            n_experts = self.gate.weight.shape[0]
+            capacity = math.ceil(self.capacity_factor * indices.numel() / n_experts)
+            self.last_load = torch.zeros(n_experts, dtype=torch.long, device=x.device).scatter_add_(
+                0, indices.flatten(), torch.ones_like(indices.flatten()))
+            y, self.last_dropped = self.experts.forward_capacity(flat, weights, indices, capacity)
+            y = y.view(shape)
+            return y if self.shared_experts is None else y + self.shared_experts(x)
         if self.training:
             self.last_load = torch.bincount(indices.flatten(), minlength=self.gate.weight.shape[0])
         y = self.experts(flat, weights, indices).view(shape)

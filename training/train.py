@@ -37,15 +37,16 @@ from pathlib import Path
 import torch
 
 from model_runtime.loader import save_checkpoint
-from model_runtime.model import Transformer, init_weights
+from model_runtime.model import MLA, MoE, Transformer, init_weights
 from model_runtime.tokenizer import GlmTokenizer
 from training import checkpoint
 from training.balance import BiasBalancer
-from training.muon import MuonAdamW, muon_groups
+from training.muon import IMPLS, MuonAdamW, muon_groups
 from training.data import DEFAULT_SHARDS
 from training.presets import PRESETS, model_config, parameter_counts
 from training.progress import Progress
 from training.schedule import LrSchedule, Phase, dsa_phase
+from training.stats import StepStats
 from training.stream import BatchStream, PackedDataset
 from training.tokenizer import DEFAULT_OUT as DEFAULT_TOKENIZER
 
@@ -85,7 +86,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="muon: Muon for the block matrices, AdamW for the rest (training.muon)")
     p.add_argument("--muon-ns-dtype", choices=("float32", "bfloat16"), default="float32",
                    help="dtype of Muon's Newton-Schulz iterations (bfloat16 halves their cost on a CPU with AMX)")
-    p.add_argument("--compile", action="store_true", help="torch.compile the training forward")
+    p.add_argument("--muon-impl", choices=("auto", *IMPLS), default="auto",
+                   help="batched: foreach updates, one stacked Newton-Schulz per shape (fewer GPU launches); "
+                        "single: matrix by matrix (faster on a CPU); auto: batched on CUDA, else single")
+    p.add_argument("--moe-capacity", type=float, default=0.0,
+                   help="give each expert this factor times its fair share of rows (static shapes, no host sync; "
+                        "pairs over it are dropped); 0: dispatch by the routed counts")
+    p.add_argument("--indexer-select", choices=("exact", "fast"), default="exact",
+                   help="training's DSA top-k: exact (fp32 scores, the inference tie rule) or fast (bf16 scores, plain top-k)")
+    p.add_argument("--stats-every", type=int, default=1,
+                   help="read the loss and balance statistics (a host sync) every N steps, logging their means")
+    p.add_argument("--compile", action="store_true", help="torch.compile the training forward and Muon's Newton-Schulz")
     p.add_argument("--init-from", type=Path, help="start from this exported checkpoint's weights (same preset and tokenizer)")
     p.add_argument("--bias-update-rate", type=float, default=1e-3, help="MoE routing-bias step per update")
     p.add_argument("--init-std", type=float, default=0.02)
@@ -97,11 +108,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--eval-rows", type=int, default=64, help="held-out rows per evaluation")
     p.add_argument("--checkpoint-minutes", type=float, default=10.0)
     p.add_argument("--max-steps", type=int, default=0, help="stop (with a checkpoint) after this many steps in this process")
+    p.add_argument("--stop-after", type=float, default=0.0,
+                   help="stop (with a checkpoint) after this many wall seconds of training steps in this process")
     args = p.parse_args(argv)
     if args.total_tokens <= 0 and args.time_budget <= 0 and args.cpu_budget <= 0:
         p.error("give --total-tokens, --time-budget or --cpu-budget")
-    if args.indexer_every < 1 or args.mtp_stride < 1 or args.mtp_every < 1:
-        p.error("--indexer-every, --mtp-stride and --mtp-every must be >= 1")
+    if min(args.indexer_every, args.mtp_stride, args.mtp_every, args.stats_every) < 1:
+        p.error("--indexer-every, --mtp-stride, --mtp-every and --stats-every must be >= 1")
+    if args.moe_capacity < 0:
+        p.error("--moe-capacity must be >= 0")
     return args
 
 
@@ -123,9 +138,15 @@ class Trainer:
         if args.init_from is not None:
             _load_init(self.model, self.cfg, args.init_from)
         self.model.to(self.device).train()
+        for module in self.model.modules():
+            if isinstance(module, MoE):
+                module.capacity_factor = args.moe_capacity or None
+            elif isinstance(module, MLA):
+                module.fast_select = args.indexer_select == "fast"
         self.forward_train = torch.compile(self.model.forward_train) if args.compile else self.model.forward_train
         self.optimizer = _optimizer(self.model, args)
         self.balancer = BiasBalancer(self.model, args.bias_update_rate)
+        self.stats = StepStats()
         self.tokens_per_step = args.batch_size * args.grad_accum * self.context
         total_steps = math.ceil(args.total_tokens / self.tokens_per_step) if args.total_tokens else 0
         self.run_config = {
@@ -163,34 +184,41 @@ class Trainer:
         lr = self.schedule.at(self.state.step, self.progress())
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        sums: dict[str, float] = {}
+        read = (self.state.step + 1) % args.stats_every == 0
         targets = positions = 0
         done: list[tuple] = []
         for _ in range(args.grad_accum):
             tokens, mask = self.stream.next()
-            ids = torch.from_numpy(tokens).to(self.device)
-            loss_mask = torch.from_numpy(mask[:, 1:]).to(self.device)
+            ids, loss_mask = self._to_device(tokens), self._to_device(mask[:, 1:])
             inputs = (ids[:, :-1], ids[:, 1:], loss_mask)
             options = {"sparse": phase.sparse, "train_indexer": train_indexer, "mtp_weight": mtp_weight,
                        "indexer_weight": args.indexer_weight, "mtp_stride": args.mtp_stride}
             out = self._forward_backward(inputs, options, done)
             done.append(inputs)
             self.balancer.observe()
-            targets += int(loss_mask.sum())
-            positions += loss_mask.numel()
+            targets += int(mask[:, 1:].sum())  # on the host: no wait for the device
+            positions += mask[:, 1:].size
             for key in ("loss", "lm_loss", "mtp_loss", "indexer_kl"):
                 value = getattr(out, key)
                 if value is not None:
-                    sums[key] = sums.get(key, 0.0) + float(value.detach()) / args.grad_accum
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), args.grad_clip)
+                    self.stats.add(key, value.detach() / args.grad_accum)
+        self.stats.add("grad_norm", torch.nn.utils.clip_grad_norm_(self.model.parameters(), args.grad_clip))
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        balance = self.balancer.step()
+        self.stats.end_step()
+        balance = self.balancer.step(read)
         self.state.step += 1
         self.state.tokens += positions
         self.state.target_tokens += targets
         self.state.stream = self.stream.state()
-        return sums | balance | {"lr": lr, "grad_norm": float(grad_norm), "phase": phase.name}
+        return (self.stats.read() | balance if read else {}) | {"lr": lr, "phase": phase.name}
+
+    def _to_device(self, array) -> torch.Tensor:
+        """A host batch on the training device; to a GPU from pinned memory, without waiting."""
+        tensor = torch.from_numpy(array)
+        if self.device.type != "cuda":
+            return tensor
+        return tensor.pin_memory().to(self.device, non_blocking=True)
 
     def _forward_backward(self, inputs: tuple, options: dict, done: list[tuple]):
         """One micro-batch's forward and backward; a compiler that raises leaves training eager.
@@ -264,22 +292,27 @@ class Trainer:
         progress = Progress(self.state.total_steps or None, self.state.step, args.run_dir / "log.jsonl")
         progress.note(f"{args.preset}: {parameter_counts(self.cfg)} params, context {self.context}, "
                       f"{self.tokens_per_step} tokens/step, device {self.device}, resumed at step {self.state.step}")
-        last_save, steps_here = time.monotonic(), 0
+        last_save, steps_here, here_s = time.monotonic(), 0, 0.0
         while self.progress() < 1.0 and not self._stop:
             started, cpu_started = time.monotonic(), cpu_clock()
             metrics = self.step()
             self.state.elapsed_s += time.monotonic() - started
+            here_s += time.monotonic() - started
             self.state.cpu_s += cpu_clock() - cpu_started
             steps_here += 1
-            progress.update(self.state.step, self.state.tokens, metrics | {"cpu_s": round(self.state.cpu_s, 2)})
+            if "loss" in metrics:
+                progress.update(self.state.step, self.state.tokens, metrics | {"cpu_s": round(self.state.cpu_s, 2)})
             if args.eval_every and self.state.step % args.eval_every == 0:
                 progress.log(self.state.step, self.evaluate())
                 progress.reset_rate(self.state.tokens)
             if time.monotonic() - last_save >= args.checkpoint_minutes * 60:
                 self.save()
                 last_save = time.monotonic()
-            if args.max_steps and steps_here >= args.max_steps:
+            if (args.max_steps and steps_here >= args.max_steps) or (args.stop_after and here_s >= args.stop_after):
                 break
+        pending = self.stats.read() | self.balancer.read()
+        if pending:  # the steps since the last read (--stats-every)
+            progress.update(self.state.step, self.state.tokens, pending | {"cpu_s": round(self.state.cpu_s, 2)})
         self.save()
         progress.close()
 
@@ -313,7 +346,10 @@ def _hardware(device: torch.device) -> str:
 
 def _optimizer(model: torch.nn.Module, args: argparse.Namespace) -> torch.optim.Optimizer:
     if args.optimizer == "muon":
-        return MuonAdamW(muon_groups(model, args.weight_decay), lr=args.lr, ns_dtype=args.muon_ns_dtype)
+        device = next(model.parameters()).device.type
+        impl = args.muon_impl if args.muon_impl != "auto" else ("batched" if device == "cuda" else "single")
+        return MuonAdamW(muon_groups(model, args.weight_decay), lr=args.lr, ns_dtype=args.muon_ns_dtype,
+                         impl=impl, compile=args.compile)
     decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
     rest = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
     groups = [{"params": decay, "weight_decay": args.weight_decay}, {"params": rest, "weight_decay": 0.0}]
