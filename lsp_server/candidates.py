@@ -37,9 +37,14 @@ latter is under the threshold only retrieval candidates can be shown (`Reach.con
 The answer is the full pipeline's (the others cannot reach the threshold), except for an engine
 whose scoring fails at run time: without skipping it would fall back to the model's own text.
 
+Whose weights: the reranker's weights belong to the model they were fitted for
+(`context.rerank.reranker_for`, by `weights_identity`). A model without them (another checkpoint,
+a remote engine) shows its own best candidate that passes the text checks, unscored, and never
+abstains on another model's threshold. Only an automatic request abstains: an explicit one (the
+user asked) shows the best candidate.
+
 Degrading: an engine without candidates gives one (its text); an engine whose `score` raises
-(a remote engine, say) leaves only the model's own candidates, ranked as the engine ranked them,
-with no abstaining (today's behaviour).
+leaves the candidates unscored, and the model's own best that passes the checks is shown.
 """
 
 from __future__ import annotations
