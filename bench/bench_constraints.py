@@ -1,4 +1,4 @@
-"""Cost of issue 11's engine side: constrained decode steps, n-best, batched scoring, side by side.
+"""Cost of steering on the engine side: constrained decode steps, n-best, batched scoring, side by side.
 
 For each prompt (a cursor at a line start in one of this repository's Python files, as an SPM
 fill-in-the-middle prompt) the same engine runs, in turn:

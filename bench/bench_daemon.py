@@ -14,7 +14,7 @@ stale), so the latency is the whole pipeline's under 1 or 4 concurrent editors:
 
 Reported: each process's RSS at the end and its peak (VmHWM), total RSS per scenario, the RSS
 each editor past the first adds, and latency to the final answer (p50/p95) of the requests
-answered (errors and time-outs are counted, not timed), with the ratio to the lone editor. Targets (issue 13): per-editor memory past the
+answered (errors and time-outs are counted, not timed), with the ratio to the lone editor. Targets: per-editor memory past the
 first <= 100 MB, latency within 1.5x of a lone editor.
 
 Leaves out: the editor processes themselves, the page cache shared by the mmapped weights

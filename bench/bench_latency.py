@@ -10,7 +10,7 @@ the editor, and the pauses while typing.
    model and a mid-size random GLM-5 checkpoint (`bench_runtime`'s "mid", with the embedded model's
    BPE tokenizer; "mid-test" is the same weights with the tests' byte-like tokenizer). Also: the completion's
    prompt / cached tokens and the start-up phases from `glm5.stats`. `--prompt-tokens` raises the
-   server's prompt budget (the issue's ~12 s cold start on the mid model needs ~4k tokens here).
+   server's prompt budget (a ~12 s cold start on the mid model needs ~4k tokens here).
 2. typing: a span of an unseen file (not in the workspace, fresh KV cache) typed back; at each
    natural pause (after a space, `(`, `.`, `:` or a newline; a newline brings its indentation,
    as an editor's auto-indent does) one inline completion, each answer awaited before typing on.

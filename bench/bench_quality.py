@@ -1,4 +1,4 @@
-"""Completion quality, side by side: baselines, today's model, each issue-11 component, all together.
+"""Completion quality, side by side: baselines, today's model, each steering component, all together.
 
 Every neural row is a real `lsp_server --stdio` (`quality_client.RowServer`) with its settings
 in `initializationOptions`; the items (`quality_sets`) are asked of every row in turn, so load

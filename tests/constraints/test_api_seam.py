@@ -1,4 +1,4 @@
-"""The plain-data seam of issue 11: defaults keep today's behaviour, bad values are refused."""
+"""The plain-data seam of steering (constraints, n-best, scoring): defaults keep today's behaviour, bad values are refused."""
 
 from __future__ import annotations
 

@@ -45,7 +45,7 @@ async def start_session(
     (root / "main.py").write_text(source)
     log = tmp_path / f"{name}.log"
     argv = [sys.executable, "-m", "lsp_server", "--stdio", *(["--engine-url", url] if url else []), "--log-file", str(log), "--log-level", "INFO"]
-    # one greedy candidate, streamed: the n-best and reranking of issue 11 answer at the end only
+    # one greedy candidate, streamed: the n-best and reranking answer at the end only
     plain = {"numCandidates": 1, "rerank": False, "abstain": False, "retrieval": False}
     init = {"streaming": True, "maxTokens": 16, "singleLineMaxTokens": 8, "debounceMs": 0, **plain, **(options or {})}
     session = await Session.start(argv, [root], init_options=init, env=env, log_file=log)
