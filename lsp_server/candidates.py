@@ -417,11 +417,6 @@ def _scored(entry: _Entry, logprob: float, tokens: int) -> Scored:
     return Scored(entry.text, tuple(entry.sources), entry.model_rank, logprob, tokens, entry.finished, **entry.evidence)
 
 
-def unscored(plan: Plan, entries: Sequence[_Entry]) -> Decision:
-    """The decision when no scoring is needed (see `needs_scores`)."""
-    return decide(plan, entries, None)
-
-
 @dataclass(frozen=True, slots=True)
 class Beside:
     """Scores started while the model decodes (`score_retrieved`): the texts, and the task that
@@ -471,7 +466,7 @@ async def settle(
     if prescored is not None:
         return await asyncio.to_thread(_among_contenders, plan, entries, prescored)
     if not needs_scores(plan, entries):
-        return unscored(plan, entries)
+        return decide(plan, entries, None)
     early = beside.texts if beside is not None else frozenset()
     late = _scores_by_text(engine, plan, [e for e in entries if e.text not in early], tokenizer, result.request_id)
     scored, known = await asyncio.gather(late, beside.scores if beside is not None else _no_scores())
@@ -498,7 +493,7 @@ def settle_sync(
     if prescored is not None:
         return _among_contenders(plan, entries, prescored)
     if not needs_scores(plan, entries):
-        return unscored(plan, entries)
+        return decide(plan, entries, None)
     try:
         scores = engine.score(score_request(plan, entries, tokenizer, result.request_id))
     except (NotImplementedError, AttributeError, TimeoutError, RuntimeError) as exc:
